@@ -1,0 +1,1 @@
+"""The HTTP JSON API (Litestar) under ``/api/v1``: routes, wire types, error envelope."""

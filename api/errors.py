@@ -1,0 +1,75 @@
+"""The one place that maps errors to HTTP: the error envelope of DESIGN.md 5."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from ledger.errors import DomainError
+from ledger.redaction import redact, redact_text
+
+log = logging.getLogger("svc.api")
+
+STATUS_BY_CODE = {
+    "invalid-request": 400,
+    "schema-invalid": 400,
+    "not-found": 404,
+    "method-not-allowed": 405,
+    "payload-too-large": 413,
+    "idempotency-conflict": 409,
+    "task-not-retryable": 409,
+    "invalid-transition": 409,
+    "stream-version-conflict": 409,
+    "secret-unavailable": 422,
+    "tenant-policy-denied": 422,
+    "prompt-unavailable": 422,
+    "prompt-too-large": 422,
+    "required-skill-unavailable": 422,
+    "session-store-evicted": 422,
+    "build-required": 422,
+    "infra-failed": 503,
+    "internal-error": 500,
+}
+CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-allowed",
+                  413: "payload-too-large", 503: "infra-failed"}
+
+
+def envelope(code: str, message: str, details: dict[str, Any] | None = None,
+             status: int | None = None) -> Response[bytes]:
+    """An error response; message and details pass through the redaction function."""
+    body = {"error": {"code": code, "message": redact_text(message).splitlines()[0][:500],
+                      "details": redact(details or {})}}
+    return Response(
+        content=msgspec.json.encode(body),
+        status_code=status or STATUS_BY_CODE.get(code, 400),
+        media_type="application/json",
+    )
+
+
+def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    """Translate any exception raised while serving a request into the error envelope."""
+    if isinstance(error, DomainError):
+        return envelope(error.code, error.message, error.details)
+    if isinstance(error, ValidationException):
+        problems = error.extra if isinstance(error.extra, list) else []
+        return envelope("invalid-request", "invalid request parameters",
+                        {"problems": [_problem(p) for p in problems]}, 400)
+    if isinstance(error, HTTPException):
+        status = error.status_code
+        code = CODE_BY_STATUS.get(status, "invalid-request" if status < 500 else "infra-failed")
+        message = {404: "no such route", 405: "method not allowed on this route",
+                   413: "request body too large"}.get(status, str(error.detail))
+        return envelope(code, message, {"path": request.url.path}, status)
+    log.error("unhandled error on %s %s: %s", request.method, request.url.path,
+              redact_text(repr(error)))
+    return envelope("internal-error", "internal error; nothing was changed", None, 500)
+
+
+def _problem(problem: Any) -> dict[str, Any]:
+    if isinstance(problem, dict):
+        return {k: str(v) for k, v in problem.items() if k in ("key", "message", "source")}
+    return {"message": str(problem)}

@@ -1,0 +1,117 @@
+"""Routes of ``/api/v1/queue``: each parses, calls one function, answers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.params import Parameter
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+
+from api import views, wire
+from api.body import read_body
+from ledger import intake
+from ledger.errors import NotFound
+from ledger.redaction import redact_text
+from ledger.task import CancelTask, MarkTaskRead, TaskCommand
+from ledger.writer import LedgerWriter
+from projections import queries
+
+Limit = Annotated[int, Parameter(ge=1, le=500)]
+Seq = Annotated[int, Parameter(ge=0, le=queries.MAX_SEQ)]
+QueueQuery = Annotated[str | None, Parameter(query="queue", max_length=128,
+                                              pattern=wire.QUEUE_PATTERN)]
+ReaderQuery = Annotated[str | None, Parameter(query="readerId", max_length=128,
+                                              pattern=wire.IDENTIFIER_PATTERN)]
+DryRunFlag = Annotated[bool, Parameter(query="dryRun")]
+Cursor = Annotated[str | None, Parameter(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+ACTOR = "api"
+
+
+async def _detail(state: State, task_id: str) -> wire.TaskDetail:
+    row = await queries.get_task(state.pool, task_id)
+    if row is None:
+        raise NotFound(f"task {task_id} not found", taskId=task_id)
+    return views.task_detail(row)
+
+
+async def _mutate(state: State, name: str, command: TaskCommand,
+                  dry_run: bool) -> wire.TaskDetail | wire.DryRun:
+    writer: LedgerWriter = state.writer
+    if dry_run:
+        outcome = await writer.plan(command)
+        return views.plan(name, command.task_id, outcome.before, outcome.state, outcome.events)
+    await writer.execute(command, ACTOR)
+    return await _detail(state, command.task_id)
+
+
+class QueueController(Controller):
+    """Tasks, stats and the commander view."""
+
+    path = "/api/v1/queue"
+    tags = ["queue"]
+
+    @post("/tasks", status_code=HTTP_201_CREATED)
+    async def submit(self, request: Request[Any, Any, Any], state: State,
+                     dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
+        """Submit a task: validates the contract and stores it; never schedules."""
+        body = await read_body(request, wire.SubmitBody)
+        command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR)
+        if dry_run:
+            outcome = await state.writer.plan(command)
+            plan = views.plan("submit", None, None, outcome.state, outcome.events,
+                              payloadHash=command.payload_hash, queue=command.queue,
+                              lane=command.lane)
+            return Response(plan, status_code=HTTP_200_OK)
+        await state.writer.execute(command, ACTOR)
+        return Response(await _detail(state, command.task_id), status_code=HTTP_201_CREATED)
+
+    @get("/tasks")
+    async def list_tasks(
+        self, state: State, queue: QueueQuery = None,
+        task_state: Annotated[wire.TaskStateName | None, Parameter(query="state")] = None,
+        cursor: Cursor = None, limit: Limit = 50,
+        updated_after: Annotated[Seq | None, Parameter(query="updatedAfter")] = None,
+    ) -> wire.TaskList:
+        """List tasks newest first; with ``updatedAfter`` only those changed after it."""
+        page = await queries.list_tasks(state.pool, queue=queue, state=task_state,
+                                        cursor=cursor, limit=limit, updated_after=updated_after)
+        return views.task_list(page)
+
+    @get("/tasks/{task_id:str}")
+    async def show(self, state: State, task_id: str) -> wire.TaskDetail:
+        """The task detail with ``latestAttempt`` and ``sessionPath``."""
+        return await _detail(state, task_id)
+
+    @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK)
+    async def cancel(self, request: Request[Any, Any, Any], state: State, task_id: str,
+                     dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
+        """Cancel a task (optional ``reason``)."""
+        body = await read_body(request, wire.CancelBody, empty_ok=True)
+        reason = redact_text(body.reason) if body.reason else None
+        return await _mutate(state, "cancel", CancelTask(task_id, reason), dry_run)
+
+    @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK)
+    async def read(self, request: Request[Any, Any, Any], state: State, task_id: str,
+                   dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
+        """Advance ``readerId``'s read cursor to the task's current version."""
+        body = await read_body(request, wire.ReadBody)
+        return await _mutate(state, "read", MarkTaskRead(task_id, body.reader_id), dry_run)
+
+    @get("/stats")
+    async def stats(self, state: State, queue: QueueQuery = None) -> wire.QueueStats:
+        """Task counts by queue, lane, state and backend profile."""
+        return views.queue_stats(queue, await queries.stats(state.pool, queue))
+
+    @get("/commander")
+    async def commander(
+        self, state: State, queue: QueueQuery = None,
+        reader_id: ReaderQuery = None,
+        limit: Annotated[int, Parameter(ge=1, le=500)] = 20,
+    ) -> wire.CommanderView:
+        """The tasks needing attention first, with counts by state and unread flags."""
+        result = await queries.commander(state.pool, queue=queue, reader_id=reader_id,
+                                         limit=limit)
+        return views.commander(queue, reader_id, result)

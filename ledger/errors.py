@@ -1,0 +1,46 @@
+"""Domain errors of the write side; each carries a stable kebab-case code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """A refusal with a stable ``code``; the API maps codes to HTTP statuses in one place."""
+
+    code = "invalid-request"
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or (self.__doc__ or self.code).strip().splitlines()[0]
+        self.details = details
+        super().__init__(self.message)
+
+
+class InvalidRequest(DomainError):
+    """The request is malformed or has fields of the wrong type."""
+
+    code = "invalid-request"
+
+
+class NotFound(DomainError):
+    """No such resource."""
+
+    code = "not-found"
+
+
+class InvalidTransition(DomainError):
+    """The command is not allowed in the task's current state."""
+
+    code = "invalid-transition"
+
+
+class StreamVersionConflict(DomainError):
+    """Another writer appended to the stream first."""
+
+    code = "stream-version-conflict"
+
+
+class LedgerUnavailable(DomainError):
+    """The ledger could not be written; nothing was changed."""
+
+    code = "infra-failed"

@@ -1,0 +1,49 @@
+"""Turns a validated submit contract into a ``SubmitTask`` command: ids, lane, hash, redaction."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+from ledger.ids import new_id
+from ledger.redaction import redact
+from ledger.task import SubmitTask
+
+DEFAULT_LANE = "default"
+_canonical = msgspec.json.Encoder(order="sorted")
+
+
+def payload_hash(contract: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of a contract."""
+    return hashlib.sha256(_canonical.encode(contract)).hexdigest()
+
+
+def split_queue(queue: str) -> tuple[str, str]:
+    """``name/lane`` → (name, lane); a bare name goes to the default lane."""
+    name, _, lane = queue.partition("/")
+    return name, lane or DEFAULT_LANE
+
+
+def submit_command(contract: dict[str, Any], *, actor: str) -> SubmitTask:
+    """A submit command for a contract already validated against the wire schema.
+
+    Secret-shaped values are redacted before the contract enters the ledger; ``payloadHash``
+    is the hash of that stored contract, so it can be verified from the ledger alone.
+    """
+    stored = redact({key: value for key, value in contract.items() if value is not None})
+    queue, lane = split_queue(stored["queue"])
+    return SubmitTask(
+        task_id=new_id("tsk"),
+        tenant_id=stored["tenantId"],
+        project_id=stored["projectId"],
+        queue=queue,
+        lane=lane,
+        title=stored["title"],
+        priority=int(stored.get("priority", 50)),
+        backend_profile=stored.get("backendProfile"),
+        contract=stored,
+        payload_hash=payload_hash(stored),
+        creator=actor,
+    )

@@ -1,0 +1,126 @@
+"""The Postgres event store: lock the head, load streams, append with hash chain, read all.
+
+Every asyncpg error on the write path is translated here, in one place, into ledger errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from ledger.errors import LedgerUnavailable, StreamVersionConflict
+from ledger.events import event_encoder, event_type_of
+from ledger.hashing import entry_hash
+from ledger.sqlfile import load_queries
+from ledger.streams import STREAM_KINDS, RecordedEntry
+
+SQL = load_queries("ledger", "ledger.sql")
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last committed changeSeq and hash-chain tip."""
+
+    last_seq: int
+    last_hash: bytes
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event decided but not yet appended."""
+
+    stream_type: str
+    stream_id: str
+    stream_version: int
+    event: Any
+    actor: str
+    recorded_at: datetime
+
+
+def translate_error(error: BaseException) -> Exception:
+    """Map a driver error to the ledger's own error type."""
+    if isinstance(error, asyncpg.UniqueViolationError) and "stream_version" in str(
+        error.constraint_name or ""
+    ):
+        return StreamVersionConflict()
+    if isinstance(error, asyncpg.PostgresError | OSError | asyncpg.InterfaceError):
+        return LedgerUnavailable()
+    return error if isinstance(error, Exception) else RuntimeError(str(error))
+
+
+async def lock_head(conn: asyncpg.Connection) -> Head:
+    """Lock the head row until commit; every append in the transaction follows it."""
+    row = await conn.fetchrow(SQL["lock_head"])
+    return Head(row["last_seq"], bytes(row["last_hash"]))
+
+
+async def read_head(conn: asyncpg.Connection) -> Head:
+    """The current head without locking it."""
+    row = await conn.fetchrow(SQL["head"])
+    return Head(row["last_seq"], bytes(row["last_hash"]))
+
+
+def entry_from_row(row: asyncpg.Record) -> RecordedEntry:
+    """Decode one ledger row into a recorded entry."""
+    kind = STREAM_KINDS[row["stream_type"]]
+    return RecordedEntry(
+        change_seq=row["change_seq"],
+        stream_type=row["stream_type"],
+        stream_id=row["stream_id"],
+        stream_version=row["stream_version"],
+        event=kind.decode(row["payload"]),
+        actor=row["actor"],
+        recorded_at=row["recorded_at"],
+    )
+
+
+async def read_streams(
+    conn: asyncpg.Connection, stream_ids: Sequence[str]
+) -> dict[str, list[RecordedEntry]]:
+    """All entries of the given streams, in stream order."""
+    streams: dict[str, list[RecordedEntry]] = {}
+    for row in await conn.fetch(SQL["read_streams"], list(stream_ids)):
+        streams.setdefault(row["stream_id"], []).append(entry_from_row(row))
+    return streams
+
+
+async def append(
+    conn: asyncpg.Connection, head: Head, pending: Sequence[PendingEvent]
+) -> tuple[Head, list[RecordedEntry]]:
+    """Append events after ``head`` (which the caller holds locked); return the new head."""
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    recorded: list[RecordedEntry] = []
+    seq, prev = head.last_seq, head.last_hash
+    for item in pending:
+        seq += 1
+        payload = event_encoder.encode(item.event)
+        event_type = event_type_of(item.event)
+        digest = entry_hash(
+            prev, change_seq=seq, stream_type=item.stream_type, stream_id=item.stream_id,
+            stream_version=item.stream_version, event_type=event_type, actor=item.actor,
+            recorded_at=item.recorded_at, payload=payload,
+        )
+        row = (seq, item.stream_type, item.stream_id, item.stream_version, event_type,
+               payload.decode(), item.actor, item.recorded_at, prev, digest)
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+        recorded.append(RecordedEntry(seq, item.stream_type, item.stream_id,
+                                      item.stream_version, item.event, item.actor,
+                                      item.recorded_at))
+        prev = digest
+    if pending:
+        await conn.execute(SQL["insert_entries"], *columns)
+        await conn.execute(SQL["update_head"], seq, prev)
+    return Head(seq, prev), recorded
+
+
+async def iter_rows(
+    conn: asyncpg.Connection, query_name: str, prefetch: int = 5000
+) -> AsyncIterator[asyncpg.Record]:
+    """Stream ledger rows through a server-side cursor (call inside a transaction)."""
+    async for row in conn.cursor(SQL[query_name], prefetch=prefetch):
+        yield row

@@ -1,0 +1,190 @@
+"""Group-commit command execution: load, decide, append and project in one transaction.
+
+Concurrent commands of one process are queued and committed together: one transaction, one
+head-row lock and one WAL flush serve a whole batch (DESIGN.md 3, option b). The head row is
+locked for the batch transaction, so across processes commits are ordered by ``change_seq``
+and a reader that has seen changeSeq N never later sees a new entry at or below N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from ledger import store
+from ledger.errors import DomainError, LedgerUnavailable, StreamVersionConflict
+from ledger.streams import Command, RecordedEntry, stream_kind_for
+
+ProjectFn = Callable[[asyncpg.Connection, list[RecordedEntry]], Awaitable[None]]
+MAX_CONFLICT_RETRIES = 3
+
+
+@dataclass
+class Outcome:
+    """What a command did: the events it appended (none for a no-op) and the state after."""
+
+    stream_id: str
+    events: list[Any]
+    state: Any
+    change_seq: int | None = None
+    before: Any = None
+
+
+@dataclass
+class _Item:
+    command: Command
+    actor: str
+    future: asyncio.Future[Outcome]
+    pending_indexes: list[int] = field(default_factory=list)
+
+
+def utc_now() -> datetime:
+    """The wall clock in UTC."""
+    return datetime.now(UTC)
+
+
+async def load_states(conn: asyncpg.Connection, commands: Sequence[Command]) -> dict[str, Any]:
+    """Fold each addressed stream into ``(state, stream_version)``."""
+    streams = await store.read_streams(conn, sorted({c.stream_id for c in commands}))
+    states: dict[str, Any] = {}
+    for command in commands:
+        kind = stream_kind_for(command)
+        state, version = None, 0
+        for entry in streams.get(command.stream_id, []):
+            state, version = kind.evolve(state, entry.event), entry.stream_version
+        states[command.stream_id] = (state, version)
+    return states
+
+
+class LedgerWriter:
+    """Executes commands against the ledger, batching concurrent ones into one transaction."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        project: ProjectFn,
+        *,
+        max_batch: int = 256,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._pool = pool
+        self._project = project
+        self._max_batch = max_batch
+        self._clock = clock
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start the batching loop."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="ledger-writer")
+
+    async def close(self) -> None:
+        """Stop the loop; queued commands fail with ``infra-failed`` and change nothing."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if not item.future.done():
+                item.future.set_exception(LedgerUnavailable("the service is shutting down"))
+
+    async def execute(self, command: Command, actor: str) -> Outcome:
+        """Append the command's events (with its projections) and return the outcome."""
+        if self._task is None:
+            raise LedgerUnavailable("the ledger writer is not running")
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Item(command, actor, future))
+        return await future
+
+    async def plan(self, command: Command) -> Outcome:
+        """Decide without appending: the dry-run of a command. Raises the same refusals."""
+        async with self._pool.acquire() as conn:
+            states = await load_states(conn, [command])
+        kind = stream_kind_for(command)
+        before, _ = states[command.stream_id]
+        events = kind.decide(before, command)
+        state = before
+        for event in events:
+            state = kind.evolve(state, event)
+        return Outcome(command.stream_id, events, state, before=before)
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_Item]) -> None:
+        for _ in range(MAX_CONFLICT_RETRIES):
+            try:
+                outcomes = await self._try_batch(batch)
+            except StreamVersionConflict:
+                continue
+            except Exception as error:  # isolate the failing command, then report it
+                if len(batch) > 1:
+                    for item in batch:
+                        await self._commit([item])
+                    return
+                _fail(batch[0], store.translate_error(error))
+                return
+            for item, outcome in zip(batch, outcomes, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(outcome, DomainError):
+                    item.future.set_exception(outcome)
+                else:
+                    item.future.set_result(outcome)
+            return
+        for item in batch:
+            _fail(item, StreamVersionConflict())
+
+    async def _try_batch(self, batch: list[_Item]) -> list[Outcome | DomainError]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            head = await store.lock_head(conn)
+            states = await load_states(conn, [item.command for item in batch])
+            pending: list[store.PendingEvent] = []
+            outcomes: list[Outcome | DomainError] = []
+            now = self._clock()
+            for item in batch:
+                command = item.command
+                kind = stream_kind_for(command)
+                state, version = states[command.stream_id]
+                try:
+                    events = kind.decide(state, command)
+                except DomainError as refusal:
+                    outcomes.append(refusal)
+                    continue
+                item.pending_indexes = []
+                for event in events:
+                    version += 1
+                    state = kind.evolve(state, event)
+                    item.pending_indexes.append(len(pending))
+                    pending.append(store.PendingEvent(kind.stream_type, command.stream_id,
+                                                      version, event, item.actor, now))
+                states[command.stream_id] = (state, version)
+                outcomes.append(Outcome(command.stream_id, events, state))
+            try:
+                _, recorded = await store.append(conn, head, pending)
+                if recorded:
+                    await self._project(conn, recorded)
+            except asyncpg.PostgresError as error:
+                raise store.translate_error(error) from error
+        for item, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, Outcome) and item.pending_indexes:
+                outcome.change_seq = recorded[item.pending_indexes[-1]].change_seq
+        return outcomes
+
+
+def _fail(item: _Item, error: Exception) -> None:
+    if not item.future.done():
+        item.future.set_exception(error)

@@ -1,0 +1,1 @@
+"""The read side: pure folds per projection, their SQL writers, read queries and replay."""

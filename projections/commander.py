@@ -1,0 +1,38 @@
+"""Commander view projection: per task, how urgently it needs a person, and what to do next."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from projections.task_summary import TaskSummaryRow
+
+# Lower ranks come first: blocked and failed tasks need a decision, then live work.
+ATTENTION = {BLOCKED: 0, FAILED: 1, RUNNING: 2, PENDING: 3, COMPLETED: 4, CANCELLED: 5}
+PHASE = {
+    PENDING: "awaiting-dispatch", RUNNING: "executing", BLOCKED: "blocked",
+    FAILED: "failed", COMPLETED: "done", CANCELLED: "cancelled",
+}
+RECOVERY = {
+    PENDING: "dispatch", RUNNING: "refresh", BLOCKED: "retry", FAILED: "retry",
+    COMPLETED: "none", CANCELLED: "none",
+}
+
+
+class CommanderRow(msgspec.Struct, frozen=True):
+    """A row of ``commander_view``."""
+
+    task_id: str
+    queue: str
+    attention: int
+    change_seq: int
+    phase: str
+    recovery: str
+
+
+def derive(row: TaskSummaryRow) -> CommanderRow:
+    """The commander entry of a task summary row."""
+    return CommanderRow(
+        task_id=row.task_id, queue=row.queue, attention=ATTENTION[row.state],
+        change_seq=row.change_seq, phase=PHASE[row.state], recovery=RECOVERY[row.state],
+    )

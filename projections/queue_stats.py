@@ -1,0 +1,32 @@
+"""Queue stats projection: task counts by queue, lane, state and backend profile.
+
+Maintained incrementally as deltas: a changed task row moves one count from its old key to
+its new key; a batch folds its deltas before writing, so a hot counter row is written once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from projections.task_summary import TaskSummaryRow
+
+StatsKey = tuple[str, str, str, str]
+NO_PROFILE = ""
+
+
+def stats_key(row: TaskSummaryRow) -> StatsKey:
+    """The counter a task row belongs to."""
+    return (row.queue, row.lane, row.state, row.backend_profile or NO_PROFILE)
+
+
+def add_delta(deltas: Counter[StatsKey], old: TaskSummaryRow | None,
+              new: TaskSummaryRow | None) -> None:
+    """Move the task's count from its old key to its new key."""
+    old_key = stats_key(old) if old is not None else None
+    new_key = stats_key(new) if new is not None else None
+    if old_key == new_key:
+        return
+    if old_key is not None:
+        deltas[old_key] -= 1
+    if new_key is not None:
+        deltas[new_key] += 1

@@ -1,0 +1,65 @@
+-- Read queries. Each is one statement, so the high-water mark and the rows share a snapshot.
+-- Optional filters use "$n IS NULL OR …"; the pool forces custom plans so indexes are used.
+
+-- name: list_tasks_desc
+SELECT h.last_seq AS high_water, t.*
+FROM ledger_head h
+LEFT JOIN LATERAL (
+    SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
+           summary, version, change_seq, latest_attempt::text AS latest_attempt, session_path,
+           created_at, updated_at
+    FROM task_summary
+    WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
+      AND ($3::text IS NULL OR state = $3) AND change_seq < $4
+    ORDER BY change_seq DESC
+    LIMIT $5
+) t ON true
+WHERE h.id = 1
+
+-- name: list_tasks_asc
+SELECT h.last_seq AS high_water, t.*
+FROM ledger_head h
+LEFT JOIN LATERAL (
+    SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
+           summary, version, change_seq, latest_attempt::text AS latest_attempt, session_path,
+           created_at, updated_at
+    FROM task_summary
+    WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
+      AND ($3::text IS NULL OR state = $3) AND change_seq > $4
+      AND change_seq <= h.last_seq
+    ORDER BY change_seq ASC
+    LIMIT $5
+) t ON true
+WHERE h.id = 1
+
+-- name: get_task
+SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
+       summary, version, change_seq, payload_hash, contract::text AS contract,
+       latest_attempt::text AS latest_attempt, session_path, creator, created_at, updated_at
+FROM task_summary WHERE task_id = $1
+
+-- name: high_water
+SELECT last_seq FROM ledger_head WHERE id = 1
+
+-- name: stats
+SELECT h.last_seq AS high_water, s.queue, s.lane, s.state, s.backend_profile, s.task_count
+FROM ledger_head h
+LEFT JOIN LATERAL (
+    SELECT queue, lane, state, backend_profile, task_count
+    FROM queue_stats
+    WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
+      AND task_count <> 0
+    ORDER BY queue, lane, state, backend_profile
+    LIMIT $3
+) s ON true
+WHERE h.id = 1
+
+-- name: commander_items
+SELECT c.task_id, t.queue, t.lane, t.title, t.state, t.version, t.session_path, c.change_seq,
+       c.phase, c.recovery, rc.version AS read_version
+FROM commander_view c
+JOIN task_summary t ON t.task_id = c.task_id
+LEFT JOIN read_cursor rc ON rc.task_id = c.task_id AND rc.reader_id = $3
+WHERE ($1::text IS NULL OR c.queue = $1) AND ($2::text IS NULL OR t.lane = $2)
+ORDER BY c.attention, c.change_seq DESC
+LIMIT $4
