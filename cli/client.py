@@ -1,0 +1,64 @@
+"""The CLI's HTTP client for the API, and the shared ``--api`` option."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import httpx
+import msgspec
+from cyclopts import Parameter
+
+DEFAULT_API = "http://127.0.0.1:8080"
+
+
+@Parameter(name="*")
+@dataclass
+class ApiOptions:
+    """Where the API is."""
+
+    api: Annotated[str, Parameter(env_var="SVC_API_URL",
+                                  help="Base URL of the service API.")] = DEFAULT_API
+
+
+@dataclass(frozen=True)
+class ApiResponse:
+    """An API answer: status, decoded JSON and the raw text (printed unchanged by ``--raw``)."""
+
+    status: int
+    data: Any
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx answer."""
+        return 200 <= self.status < 300
+
+
+class ApiUnreachable(Exception):
+    """The API did not answer."""
+
+
+def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Any] | None = None,
+         body: bytes | None = None) -> ApiResponse:
+    """Send one request to the API; ``params`` with None values are left out."""
+    query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
+    url = options.api.rstrip("/") + path
+    headers = {"content-type": "application/json"} if body is not None else {}
+    try:
+        response = httpx.request(method, url, params=query, content=body, headers=headers,
+                                 timeout=30.0)
+    except httpx.HTTPError as error:
+        raise ApiUnreachable(f"cannot reach the API at {options.api}: {type(error).__name__}")\
+            from None
+    try:
+        data = msgspec.json.decode(response.content) if response.content else None
+    except msgspec.DecodeError:
+        data = None
+    return ApiResponse(response.status_code, data, response.text)
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,36 @@
+"""The ``svc`` program: one App per command group, registered at the root."""
+
+from __future__ import annotations
+
+import sys
+
+from cyclopts import App
+
+from api.health import VERSION
+from cli.admin import db_app, ledger_app
+from cli.queue_cmd import queue_app
+from cli.serve import serve
+
+app = App(
+    name="svc",
+    help="Task queue and runtime-assembly service for coding-agent execution.\n\n"
+         "Start the service with `svc serve`, then use `svc queue …` against it.",
+    version=VERSION,
+)
+app.command(serve)
+app.command(queue_app)
+app.command(db_app)
+app.command(ledger_app)
+
+
+def run() -> None:
+    """Entry point of the ``svc`` console script."""
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `svc queue list | head` ends quietly
+    result = app()
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    run()

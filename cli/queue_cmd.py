@@ -1,0 +1,161 @@
+"""``svc queue …``: each command parses, calls the API once, renders."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from cyclopts import App, Parameter
+
+from cli import render
+from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+
+queue_app = App(name="queue", help="Submit, list, read and cancel queue tasks.")
+
+State = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
+DryRun = Annotated[bool, Parameter(help="Plan only: answer what would change, change nothing.")]
+EXIT_USAGE, EXIT_UNREACHABLE = 2, 3
+
+
+def _respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
+             summary: Callable[[dict[str, Any]], None]) -> int:
+    """Send, then print the answer in the requested form; return the exit status."""
+    try:
+        response = send()
+    except ApiUnreachable as error:
+        render.error("infra-failed", str(error))
+        return EXIT_UNREACHABLE
+    if not response.ok:
+        return render.api_error(response)
+    if output.raw:
+        print(response.text)
+    elif output.full:
+        render.full(response.data)
+    elif isinstance(response.data, dict) and "plan" in response.data:
+        render.plan(response.data)
+    else:
+        summary(response.data)
+    return 0
+
+
+def _read_json_input(json_stdin: bool, json_file: Path | None) -> bytes | None:
+    if json_stdin and json_file is not None:
+        render.error("invalid-request", "use either --json-stdin or --json-file, not both")
+        return None
+    if json_stdin:
+        return sys.stdin.buffer.read()
+    if json_file is not None:
+        try:
+            return json_file.read_bytes()
+        except OSError as error:
+            render.error("invalid-request", f"cannot read {json_file}: {error.strerror}")
+            return None
+    render.error("invalid-request", "give the task with --json-stdin (preferred) or --json-file")
+    return None
+
+
+def _task_path(task_id: str, action: str = "") -> str:
+    from urllib.parse import quote
+
+    return f"/api/v1/queue/tasks/{quote(task_id, safe='')}" + (f"/{action}" if action else "")
+
+
+@queue_app.command
+def submit(
+    *, json_stdin: Annotated[bool, Parameter(help="Read the task JSON from standard input.")] = False,
+    json_file: Annotated[Path | None, Parameter(help="Read the task JSON from a file.")] = None,
+    dry_run: DryRun = False, api: ApiOptions | None = None,
+    output: render.OutputOptions | None = None,
+) -> int:
+    """Submit a task. It waits in its queue until dispatched; nothing is scheduled.
+
+    The JSON needs tenantId, projectId, queue, title and payload.prompt, e.g.
+    echo '{"tenantId":"t","projectId":"p","queue":"main","title":"Fix","payload":{"prompt":"…"}}'
+    | svc queue submit --json-stdin
+    """
+    body = _read_json_input(json_stdin, json_file)
+    if body is None:
+        return EXIT_USAGE
+    return _respond(lambda: call(api or ApiOptions(), "POST", "/api/v1/queue/tasks",
+                                 params={"dryRun": dry_run or None}, body=body),
+                    output or render.OutputOptions(), render.task_summary)
+
+
+@queue_app.command(name="list")
+def list_tasks(
+    *, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
+    state: State | None = None,
+    cursor: Annotated[str | None, Parameter(help="Continue from a previous page.")] = None,
+    limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")] = None,
+    updated_after: Annotated[int | None, Parameter(
+        help="Only tasks changed after this changeSeq (for polling).")] = None,
+    api: ApiOptions | None = None, output: render.OutputOptions | None = None,
+) -> int:
+    """List tasks, newest change first (oldest first with --updated-after)."""
+    params = {"queue": queue, "state": state, "cursor": cursor, "limit": limit,
+              "updatedAfter": updated_after}
+    return _respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
+                                 params=params),
+                    output or render.OutputOptions(), render.task_list)
+
+
+@queue_app.command
+def show(task_id: str, *, api: ApiOptions | None = None,
+         output: render.OutputOptions | None = None) -> int:
+    """Show one task: state, summary, latest attempt and session path."""
+    return _respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id)),
+                    output or render.OutputOptions(), render.task_summary)
+
+
+@queue_app.command
+def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
+          api: ApiOptions | None = None) -> int:
+    """Task counts by state, lane and backend profile."""
+    return _respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
+                                 params={"queue": queue}),
+                    render.OutputOptions(), render.stats)
+
+
+@queue_app.command
+def commander(
+    *, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
+    reader_id: Annotated[str | None, Parameter(help="Mark tasks unread for this reader.")] = None,
+    limit: Annotated[int | None, Parameter(help="How many tasks to display (default 20).")] = None,
+    api: ApiOptions | None = None, output: render.OutputOptions | None = None,
+) -> int:
+    """The tasks needing attention first (blocked, failed, running, pending), with counts."""
+    params = {"queue": queue, "readerId": reader_id, "limit": limit}
+    return _respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
+                                 params=params),
+                    output or render.OutputOptions(), render.commander)
+
+
+@queue_app.command
+def read(task_id: str, *,
+         reader_id: Annotated[str, Parameter(env_var="SVC_READER_ID",
+                                             help="Whose read cursor to advance.")] = "cli",
+         dry_run: DryRun = False, api: ApiOptions | None = None,
+         output: render.OutputOptions | None = None) -> int:
+    """Mark a task read up to its current version for a reader."""
+    import msgspec
+
+    body = msgspec.json.encode({"readerId": reader_id})
+    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
+                                 params={"dryRun": dry_run or None}, body=body),
+                    output or render.OutputOptions(), render.task_summary)
+
+
+@queue_app.command
+def cancel(task_id: str, *,
+           reason: Annotated[str | None, Parameter(help="Why, kept on the task.")] = None,
+           dry_run: DryRun = False, api: ApiOptions | None = None,
+           output: render.OutputOptions | None = None) -> int:
+    """Cancel a pending, running, failed or blocked task."""
+    import msgspec
+
+    body = msgspec.json.encode({"reason": reason} if reason else {})
+    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
+                                 params={"dryRun": dry_run or None}, body=body),
+                    output or render.OutputOptions(), render.task_summary)

@@ -1,0 +1,152 @@
+"""All output of the CLI: low-noise summaries (default), ``--full`` and ``--raw``."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+from cli.client import ApiResponse
+from ledger.redaction import redact, redact_text
+
+
+@Parameter(name="*")
+@dataclass
+class OutputOptions:
+    """How much to print."""
+
+    full: Annotated[bool, Parameter(help="Show every field, human-readably.")] = False
+    raw: Annotated[bool, Parameter(help="Print the API's JSON unchanged.")] = False
+
+
+def out(line: str = "") -> None:
+    """Print one line to standard output, redacted."""
+    print(redact_text(line))
+
+
+def error(code: str, message: str) -> None:
+    """Print an error line to standard error, redacted."""
+    print(f"error: {code}: {redact_text(message)}", file=sys.stderr)
+
+
+def api_error(response: ApiResponse) -> int:
+    """Report a failed API answer; exit status 1."""
+    body = response.data if isinstance(response.data, dict) else {}
+    problem = body.get("error") or {}
+    error(problem.get("code", f"http-{response.status}"),
+          problem.get("message", response.text[:200] or "no message"))
+    for detail in (problem.get("details") or {}).get("problems", []):
+        print(f"  {detail.get('key', '')}: {redact_text(str(detail.get('message', '')))}",
+              file=sys.stderr)
+    return 1
+
+
+def full(value: Any, indent: int = 0) -> None:
+    """Every field of a JSON value, one per line, nested by indentation."""
+    pad = "  " * indent
+    if isinstance(value, dict):
+        for key, item in redact(value).items():
+            if isinstance(item, dict | list) and item:
+                out(f"{pad}{key}:")
+                full(item, indent + 1)
+            else:
+                out(f"{pad}{key}: {_scalar(item)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict | list):
+                out(f"{pad}-")
+                full(item, indent + 1)
+            else:
+                out(f"{pad}- {_scalar(item)}")
+    else:
+        out(f"{pad}{_scalar(value)}")
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == {} or value == []:
+        return "(none)"
+    return str(value)
+
+
+def task_line(task: dict[str, Any]) -> str:
+    """One compact line for a task."""
+    profile = task.get("backendProfile") or "-"
+    return (f"{task['taskId']}  {task['state']:<9}  v{task['version']:<3} "
+            f"{task['queue']}/{task['lane']}  {profile}  {task['title'][:60]}")
+
+
+def task_summary(task: dict[str, Any]) -> None:
+    """The low-noise summary of one task (SPEC 4.3 rule 8)."""
+    out(task_line(task))
+    out(f"  summary: {task.get('summary', '')}")
+    out(f"  changeSeq: {task['changeSeq']}  updatedAt: {task.get('updatedAt', '-')}")
+    attempt = task.get("latestAttempt")
+    if attempt:
+        out(f"  attempt: {attempt.get('attemptId')} {attempt.get('state')}"
+            f" failure={attempt.get('failureKind') or '-'}")
+    session = task.get("sessionPath")
+    out(f"  sessionPath: {session or '- (not dispatched)'}")
+    next_commands(task)
+
+
+def next_commands(task: dict[str, Any]) -> None:
+    """The next commands worth running for a task."""
+    attempt = task.get("latestAttempt") or {}
+    session_id = attempt.get("sessionId")
+    if session_id:
+        out(f"  next: svc sessions show {session_id}   svc sessions output {session_id}")
+
+
+def task_list(data: dict[str, Any]) -> None:
+    """A list page: one line per task, then the cursor and the high-water mark."""
+    for task in data["items"]:
+        out(task_line(task))
+    out(f"({len(data['items'])} tasks; changeSeq {data['changeSeq']}"
+        + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
+
+
+def stats(data: dict[str, Any]) -> None:
+    """Counts by state, lane and profile."""
+    out(f"queue: {data.get('queue') or '(all)'}  total: {data['total']}"
+        f"  changeSeq: {data['changeSeq']}")
+    for title, key in (("state", "byState"), ("lane", "byLane"),
+                       ("profile", "byBackendProfile")):
+        counts = data.get(key) or {}
+        text = "  ".join(f"{name}={count}" for name, count in sorted(counts.items()))
+        out(f"  by {title}: {text or '(none)'}")
+    if data.get("truncated"):
+        out("  (counters truncated; narrow with --queue)")
+
+
+def commander(data: dict[str, Any]) -> None:
+    """The commander view: counts, then the tasks needing attention."""
+    counts = "  ".join(f"{k}={v}" for k, v in sorted((data.get("byState") or {}).items()))
+    out(f"queue: {data.get('queue') or '(all)'}  {counts or 'no tasks'}"
+        f"  changeSeq: {data['changeSeq']}")
+    for item in data["items"]:
+        sup = item["supervisor"]
+        unread = {True: "unread", False: "read", None: ""}[item.get("unread")]
+        out(f"{item['taskId']}  {item['state']:<9} {unread:<6} {item['queue']}/{item['lane']}"
+            f"  {item['title'][:50]}")
+        out(f"  supervisor: phase={sup['phase']} lastActivitySeq={sup['lastActivitySeq']}"
+            f" budget={sup.get('timeoutBudget') or '-'} recovery={sup['recovery']}")
+        if item.get("sessionPath"):
+            out(f"  next: svc sessions show {item['sessionPath'].rsplit('/', 1)[-1]}")
+
+
+def plan(data: dict[str, Any]) -> None:
+    """A dry-run plan."""
+    body = data["plan"]
+    out(f"dry run: {body['command']} (nothing changed)")
+    out(f"  state: {body.get('stateBefore') or '-'} -> {body.get('stateAfter') or '-'}"
+        f"  version: {body.get('versionBefore') or '-'} -> {body.get('versionAfter') or '-'}")
+    out(f"  events: {', '.join(body.get('events') or []) or '(none: no-op)'}")
+    for key in ("taskId", "queue", "lane", "payloadHash"):
+        if body.get(key):
+            out(f"  {key}: {body[key]}")

@@ -1,0 +1,116 @@
+"""Fixtures: one Postgres per test run (embedded, or SVC_DATABASE_URL's server), a migrated
+template database, and a fresh database cloned from it for each test."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from litestar.testing import AsyncTestClient
+
+from api.app import create_app
+from ledger.database import start_embedded
+from ledger.migrate import migrate
+from tests.support import unique_name, with_database
+
+TEMPLATE = f"svc_template_{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Admin URL of the Postgres server the tests use."""
+    external = os.environ.get("SVC_DATABASE_URL")
+    if external:
+        yield external
+        return
+    server = start_embedded(tmp_path_factory.mktemp("pg") / "data")
+    yield server.get_uri("postgres")
+    server.cleanup()
+
+
+async def _admin(server_url: str, sql: str) -> None:
+    conn = await asyncpg.connect(with_database(server_url, "postgres"))
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+async def template_url(server_url: str) -> AsyncIterator[str]:
+    """A migrated database that every test database is cloned from."""
+    await _admin(server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
+    await _admin(server_url, f'CREATE DATABASE "{TEMPLATE}"')
+    url = with_database(server_url, TEMPLATE)
+    conn = await asyncpg.connect(url)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    yield url
+    await _admin(server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test."""
+    name = unique_name("svc_test")
+    await _admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    yield with_database(server_url, name)
+    await _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
+    """The real Litestar app on the test database, through its ASGI interface."""
+    async with AsyncTestClient(create_app(database_url)) as test_client:
+        yield test_client
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def svc_executable() -> str:
+    """The installed ``svc`` console script next to this interpreter."""
+    return str(Path(sys.executable).with_name("svc"))
+
+
+@pytest.fixture
+async def served_api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
+    """A real ``svc serve`` process on the test database; yields its base URL."""
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
+           "SVC_PORT": str(port), "SVC_DATA_DIR": str(tmp_path / "data")}
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        async with httpx.AsyncClient() as http:
+            while True:
+                try:
+                    if (await http.get(f"{base}/api/v1/health")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((tmp_path / "serve.log").read_text())
+                await asyncio.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()

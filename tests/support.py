@@ -1,0 +1,52 @@
+"""Helpers shared by the tests: database URLs, snapshots of ledger and projections, bodies."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+_counter = itertools.count()
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointing at another database."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def unique_name(prefix: str) -> str:
+    """A database name unique within this test run."""
+    import os
+
+    return f"{prefix}_{os.getpid()}_{next(_counter)}"
+
+
+async def snapshot(url: str) -> dict[str, Any]:
+    """Everything a mutation could change: ledger head and size, every projection row."""
+    conn = await asyncpg.connect(url)
+    try:
+        result: dict[str, Any] = {
+            "head": tuple(await conn.fetchrow("SELECT last_seq, last_hash FROM ledger_head")),
+            "ledger": await conn.fetchval("SELECT count(*) FROM ledger"),
+        }
+        for table, key in (("task_summary", "task_id"), ("read_cursor", "reader_id, task_id"),
+                           ("queue_stats", "queue, lane, state, backend_profile"),
+                           ("commander_view", "task_id")):
+            rows = await conn.fetch(f"SELECT *  FROM {table} ORDER BY {key}")
+            result[table] = [tuple(str(v) for v in r.values()) for r in rows]
+        return result
+    finally:
+        await conn.close()
+
+
+def task_body(**overrides: Any) -> dict[str, Any]:
+    """A valid submit body."""
+    body: dict[str, Any] = {
+        "tenantId": "acme", "projectId": "demo", "queue": "main", "title": "Fix the build",
+        "payload": {"prompt": "make the tests pass"},
+    }
+    body.update(overrides)
+    return body

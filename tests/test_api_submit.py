@@ -1,0 +1,170 @@
+"""Contract tests of ``POST /api/v1/queue/tasks``: validation, dry-run, hashing, redaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from tests.support import snapshot, task_body
+
+TASKS = "/api/v1/queue/tasks"
+
+
+async def test_submit_creates_a_pending_task_and_schedules_nothing(client: Any) -> None:
+    response = await client.post(TASKS, json=task_body())
+    assert response.status_code == 201
+    task = response.json()
+    assert task["taskId"].startswith("tsk_")
+    assert task["state"] == "pending"
+    assert task["version"] == 1
+    assert task["changeSeq"] == 1
+    assert task["latestAttempt"] is None
+    assert task["sessionPath"] is None
+    assert task["queue"] == "main" and task["lane"] == "default"
+    assert task["updatedAt"].endswith("Z")
+    stored = task["contract"]
+    canonical = msgspec.json.encode(stored, order="sorted")
+    assert task["payloadHash"] == hashlib.sha256(canonical).hexdigest()
+    shown = (await client.get(f"{TASKS}/{task['taskId']}")).json()
+    assert shown == task
+
+
+async def test_submit_accepts_every_optional_field(client: Any) -> None:
+    body = task_body(
+        queue="main/fast", priority=7, backendProfile="profile-4",
+        workspaceRef={"repoUrl": "https://example.org/r.git", "branch": "main"},
+        resourceBundleRef={"kind": "gitbundle"}, sessionRef=None,
+        executionPolicy={"secretScope": {}}, references=[{"kind": "issue", "id": "42"}],
+        metadata={"big": 10**30, "ratio": 0.5, "nested": {"ok": [1, 2]}},
+    )
+    response = await client.post(TASKS, json=body)
+    assert response.status_code == 201, response.text
+    task = response.json()
+    assert (task["lane"], task["priority"], task["backendProfile"]) == ("fast", 7, "profile-4")
+    assert task["contract"]["metadata"]["big"] == 10**30
+    assert "sessionRef" not in task["contract"]
+
+
+BAD_BODIES: list[tuple[str, Any]] = [
+    ("missing tenantId", {k: v for k, v in task_body().items() if k != "tenantId"}),
+    ("missing projectId", {k: v for k, v in task_body().items() if k != "projectId"}),
+    ("missing queue", {k: v for k, v in task_body().items() if k != "queue"}),
+    ("missing title", {k: v for k, v in task_body().items() if k != "title"}),
+    ("missing payload", {k: v for k, v in task_body().items() if k != "payload"}),
+    ("missing prompt", task_body(payload={})),
+    ("unknown field", task_body(lane="x")),
+    ("unknown payload field", task_body(payload={"prompt": "x", "image": "evil:latest"})),
+    ("title wrong type", task_body(title=5)),
+    ("priority wrong type", task_body(priority="high")),
+    ("priority out of range", task_body(priority=101)),
+    ("huge priority", task_body(priority=10**40)),
+    ("unknown profile", task_body(backendProfile="profile-9")),
+    ("empty title", task_body(title="")),
+    ("oversized title", task_body(title="x" * 301)),
+    ("oversized prompt", task_body(payload={"prompt": "x" * 65537})),
+    ("queue with path traversal", task_body(queue="../etc")),
+    ("queue with two slashes", task_body(queue="a/b/c")),
+    ("NUL in title", task_body(title="a\x00b")),
+    ("NUL in metadata key", task_body(metadata={"a\x00": 1})),
+    ("deep metadata", task_body(metadata=json.loads('{"a":' * 40 + "1" + "}" * 40))),
+    ("metadata not an object", task_body(metadata=[1, 2])),
+    ("body is a list", [task_body()]),
+    ("body is a string", "hello"),
+]
+
+
+@pytest.mark.parametrize(("case", "body"), BAD_BODIES, ids=[c for c, _ in BAD_BODIES])
+async def test_invalid_bodies_are_refused_and_change_nothing(
+    client: Any, database_url: str, case: str, body: Any
+) -> None:
+    before = await snapshot(database_url)
+    response = await client.post(TASKS, json=body)
+    assert response.status_code == 400, (case, response.text)
+    error = response.json()["error"]
+    assert error["code"] == "invalid-request"
+    assert error["message"]
+    assert isinstance(error["details"], dict)
+    assert await snapshot(database_url) == before
+
+
+RAW_BODIES = [
+    ("malformed JSON", b'{"tenantId": '),
+    ("empty body", b""),
+    ("invalid UTF-8", b'{"tenantId": "\xff\xfe"}'),
+    ("trailing garbage", b'{"a": 1} x'),
+]
+
+
+@pytest.mark.parametrize(("case", "raw"), RAW_BODIES, ids=[c for c, _ in RAW_BODIES])
+async def test_unparseable_bodies_are_refused(
+    client: Any, database_url: str, case: str, raw: bytes
+) -> None:
+    before = await snapshot(database_url)
+    response = await client.post(TASKS, content=raw,
+                                 headers={"content-type": "application/json"})
+    assert response.status_code == 400, case
+    assert response.json()["error"]["code"] == "invalid-request"
+    assert await snapshot(database_url) == before
+
+
+async def test_oversized_body_is_refused(client: Any, database_url: str) -> None:
+    before = await snapshot(database_url)
+    body = task_body(metadata={"blob": "x" * (2 * 1024 * 1024)})
+    response = await client.post(TASKS, json=body)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload-too-large"
+    assert await snapshot(database_url) == before
+
+
+async def test_submit_dry_run_plans_and_changes_nothing(client: Any, database_url: str) -> None:
+    before = await snapshot(database_url)
+    response = await client.post(f"{TASKS}?dryRun=true", json=task_body(queue="main/fast"))
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["mutation"] is False
+    plan = answer["plan"]
+    assert plan["command"] == "submit"
+    assert plan["events"] == ["task-submitted"]
+    assert plan["stateAfter"] == "pending" and plan["versionAfter"] == 1
+    assert (plan["queue"], plan["lane"]) == ("main", "fast")
+    assert len(plan["payloadHash"]) == 64
+    assert await snapshot(database_url) == before
+
+
+async def test_dry_run_of_an_invalid_body_is_still_refused(client: Any) -> None:
+    response = await client.post(f"{TASKS}?dryRun=true", json=task_body(title=""))
+    assert response.status_code == 400
+
+
+async def test_secret_shaped_values_never_reach_the_ledger_or_responses(
+    client: Any, database_url: str
+) -> None:
+    canary = "CanarySecretValue0123456789abcdefXYZ"
+    body = task_body(
+        payload={"prompt": f"clone https://bot:{canary}@git.example.org/x.git"},
+        workspaceRef={"repoUrl": f"https://{canary}@git.example.org/y.git"},
+        metadata={"token": canary, "note": f"password={canary}",
+                  "dsn": f"postgresql://app:{canary}@db:5432/x"},
+    )
+    response = await client.post(TASKS, json=body)
+    assert response.status_code == 201
+    assert canary not in response.text
+    listed = await client.get(TASKS)
+    assert canary not in listed.text
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        dump = await conn.fetchval(
+            "SELECT string_agg(payload::text, '\n') FROM ledger") or ""
+        projected = await conn.fetchval(
+            "SELECT string_agg(contract::text, '\n') FROM task_summary") or ""
+    finally:
+        await conn.close()
+    assert canary not in dump
+    assert canary not in projected
+    assert "git.example.org" in dump  # the rest of the value survives
