@@ -21,7 +21,6 @@ from projections import queries
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500)]
 TaskId = Annotated[str, PathParameter(min_length=1, max_length=128)]
-Seq = Annotated[int, QueryParameter(ge=0, le=queries.MAX_SEQ)]
 QueueQuery = Annotated[str | None, QueryParameter(name="queue", max_length=128,
                                               pattern=wire.QUEUE_PATTERN)]
 ReaderQuery = Annotated[str | None, QueryParameter(name="readerId", max_length=128,
@@ -74,7 +73,8 @@ class QueueController(Controller):
         self, state: State, queue: QueueQuery = None,
         task_state: Annotated[wire.TaskStateName | None, QueryParameter(name="state")] = None,
         cursor: Cursor = None, limit: Limit = 50,
-        updated_after: Annotated[Seq | None, QueryParameter(name="updatedAfter")] = None,
+        updated_after: Annotated[int | None, QueryParameter(
+            name="updatedAfter", ge=0, le=queries.MAX_SEQ)] = None,
     ) -> wire.TaskList:
         """List tasks newest first; with ``updatedAfter`` only those changed after it."""
         page = await queries.list_tasks(state.pool, queue=queue, state=task_state,

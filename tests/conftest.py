@@ -4,12 +4,14 @@ template database, and a fresh database cloned from it for each test."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -22,6 +24,7 @@ from ledger.database import start_embedded
 from ledger.migrate import migrate
 from tests.support import unique_name, with_database
 
+logging.getLogger("httpx").setLevel(logging.WARNING)
 TEMPLATE = f"svc_template_{os.getpid()}"
 
 
@@ -88,29 +91,37 @@ def svc_executable() -> str:
     return str(Path(sys.executable).with_name("svc"))
 
 
+@asynccontextmanager
+async def running_api(database_url: str, workdir: Path) -> AsyncIterator[str]:
+    """Run a real ``svc serve`` process on ``database_url``; yields its base URL."""
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
+           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data")}
+    log_path = workdir / f"serve-{port}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,
+                                   stderr=log)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            async with httpx.AsyncClient() as http:
+                while True:
+                    try:
+                        if (await http.get(f"{base}/api/v1/health")).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(log_path.read_text())
+                    await asyncio.sleep(0.1)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
 @pytest.fixture
 async def served_api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
     """A real ``svc serve`` process on the test database; yields its base URL."""
-    port = free_port()
-    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
-           "SVC_PORT": str(port), "SVC_DATA_DIR": str(tmp_path / "data")}
-    log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        async with httpx.AsyncClient() as http:
-            while True:
-                try:
-                    if (await http.get(f"{base}/api/v1/health")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp_path / "serve.log").read_text())
-                await asyncio.sleep(0.1)
+    async with running_api(database_url, tmp_path) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()

@@ -1,0 +1,107 @@
+"""The ledger table itself: append-only, hash-chained, gap-free, versioned per stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from ledger import store
+from ledger.errors import StreamVersionConflict
+from ledger.events import TaskCancelled
+from ledger.migrate import available_migrations, migrate, pending_migrations
+from ledger.writer import utc_now
+from projections.replay import replay
+from projections.task_summary import COLUMNS
+from tests.support import task_body
+
+
+@pytest.fixture
+async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(database_url)
+    yield connection
+    await connection.close()
+
+
+async def _submit_some(client: AsyncTestClient, n: int) -> list[str]:  # type: ignore[type-arg]
+    ids = []
+    for i in range(n):
+        response = await client.post("/api/v1/queue/tasks", json=task_body(title=f"t{i}"))
+        ids.append(response.json()["taskId"])
+    return ids
+
+
+@pytest.mark.parametrize("statement", [
+    "UPDATE ledger SET actor = 'mallory'",
+    "DELETE FROM ledger",
+    "TRUNCATE ledger",
+    "UPDATE ledger SET payload = '{}' WHERE change_seq = 1",
+])
+async def test_the_ledger_refuses_update_delete_and_truncate(
+    client: Any, conn: asyncpg.Connection, statement: str
+) -> None:
+    await _submit_some(client, 2)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="append-only"):
+        await conn.execute(statement)
+    assert await conn.fetchval("SELECT count(*) FROM ledger") == 2
+
+
+async def test_replay_detects_a_tampered_entry(client: Any, conn: asyncpg.Connection) -> None:
+    await _submit_some(client, 3)
+    assert (await replay(conn)).ok
+    await conn.execute("ALTER TABLE ledger DISABLE TRIGGER ledger_no_update_delete")
+    await conn.execute("UPDATE ledger SET actor = 'mallory' WHERE change_seq = 2")
+    await conn.execute("ALTER TABLE ledger ENABLE TRIGGER ledger_no_update_delete")
+    report = await replay(conn)
+    assert not report.ok
+    assert report.chain_error == "changeSeq 2: hash does not match its content"
+
+
+async def test_replay_detects_a_drifted_projection(client: Any, conn: asyncpg.Connection) -> None:
+    ids = await _submit_some(client, 2)
+    await conn.execute("UPDATE task_summary SET title = 'edited' WHERE task_id = $1", ids[0])
+    await conn.execute("UPDATE queue_stats SET task_count = task_count + 5")
+    report = await replay(conn)
+    assert not report.ok
+    assert report.differences["task_summary"] == 2  # the live row and the rebuilt one
+    assert report.samples["task_summary"] == [ids[0]]
+    assert report.differences["queue_stats"] == 2
+    repaired = await replay(conn, repair=True)
+    assert repaired.repaired
+    assert (await replay(conn)).ok
+    assert await conn.fetchval("SELECT title FROM task_summary WHERE task_id = $1", ids[0]) \
+        == "t0"
+
+
+async def test_a_stale_stream_version_is_a_conflict(client: Any, conn: asyncpg.Connection) -> None:
+    (task_id,) = await _submit_some(client, 1)
+    async with conn.transaction():
+        head = await store.lock_head(conn)
+        stale = store.PendingEvent("task", task_id, 1, TaskCancelled(), "test", utc_now())
+        with pytest.raises(asyncpg.UniqueViolationError) as caught:
+            await store.append(conn, head, [stale])
+    assert isinstance(store.translate_error(caught.value), StreamVersionConflict)
+    assert await conn.fetchval("SELECT count(*) FROM ledger") == 1
+
+
+async def test_migrations_are_recorded_and_idempotent(conn: asyncpg.Connection) -> None:
+    assert await pending_migrations(conn) == []
+    assert await migrate(conn) == []
+    versions = [r["version"] for r in await conn.fetch(
+        "SELECT version FROM schema_migrations ORDER BY version")]
+    assert versions == [m.version for m in available_migrations()]
+
+
+async def test_migrations_produce_the_columns_the_code_writes(conn: asyncpg.Connection) -> None:
+    columns = [r["column_name"] for r in await conn.fetch(
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_name = 'task_summary' ORDER BY ordinal_position")]
+    assert tuple(columns) == COLUMNS
+    ledger_columns = {r["column_name"] for r in await conn.fetch(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'ledger'")}
+    assert ledger_columns == {"change_seq", "stream_type", "stream_id", "stream_version",
+                              "event_type", "payload", "actor", "recorded_at", "prev_hash",
+                              "hash"}
