@@ -51,7 +51,7 @@ class QueueController(Controller):
     """Tasks, stats and the commander view."""
 
     path = "/api/v1/queue"
-    tags = ["queue"]
+    tags = ("queue",)
 
     @post("/tasks", status_code=HTTP_201_CREATED)
     async def submit(self, request: Request[Any, Any, Any], state: State,

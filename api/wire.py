@@ -25,7 +25,7 @@ JsonObject = dict[str, Any]
 assert set(TaskStateName.__args__) == set(TASK_STATES)  # type: ignore[attr-defined]
 
 
-class Camel(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+class Camel(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
     """Base of request bodies: camelCase names, unknown fields refused."""
 
 

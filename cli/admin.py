@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Any
 
+import asyncpg
 from cyclopts import App, Parameter
 
 from cli import render
@@ -13,8 +14,7 @@ db_app = App(name="db", help="Database schema.")
 ledger_app = App(name="ledger", help="The append-only ledger: replay and audit.")
 
 
-async def _connect():  # type: ignore[no-untyped-def]
-    import asyncpg
+async def _connect() -> tuple[asyncpg.Connection, Any]:
 
     from ledger.database import resolve_database_url
 

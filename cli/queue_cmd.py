@@ -64,7 +64,8 @@ def _task_path(task_id: str, action: str = "") -> str:
 
 @queue_app.command
 def submit(
-    *, json_stdin: Annotated[bool, Parameter(help="Read the task JSON from standard input.")] = False,
+    *,
+    json_stdin: Annotated[bool, Parameter(help="Read the task JSON from standard input.")] = False,
     json_file: Annotated[Path | None, Parameter(help="Read the task JSON from a file.")] = None,
     dry_run: DryRun = False, api: ApiOptions | None = None,
     output: render.OutputOptions | None = None,

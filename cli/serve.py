@@ -46,7 +46,7 @@ def serve(
 
     url, server = resolve_database_url()
     applied = asyncio.run(_migrate(url))
-    where = f"embedded Postgres in {data_dir() / 'pg'}" if server is not None else "SVC_DATABASE_URL"
+    where = "SVC_DATABASE_URL" if server is None else f"embedded Postgres in {data_dir() / 'pg'}"
     api = f"http://{host}:{port}"
     render.out(f"svc serving on {api} (database: {where}; migrations applied: "
                f"{', '.join(applied) or 'none pending'})")

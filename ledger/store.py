@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from ledger.database import DbConnection
 from ledger.errors import LedgerUnavailable, StreamVersionConflict
 from ledger.events import event_encoder, event_type_of
 from ledger.hashing import entry_hash
@@ -52,15 +53,19 @@ def translate_error(error: BaseException) -> Exception:
     return error if isinstance(error, Exception) else RuntimeError(str(error))
 
 
-async def lock_head(conn: asyncpg.Connection) -> Head:
+async def lock_head(conn: DbConnection) -> Head:
     """Lock the head row until commit; every append in the transaction follows it."""
-    row = await conn.fetchrow(SQL["lock_head"])
-    return Head(row["last_seq"], bytes(row["last_hash"]))
+    return _head(await conn.fetchrow(SQL["lock_head"]))
 
 
-async def read_head(conn: asyncpg.Connection) -> Head:
+async def read_head(conn: DbConnection) -> Head:
     """The current head without locking it."""
-    row = await conn.fetchrow(SQL["head"])
+    return _head(await conn.fetchrow(SQL["head"]))
+
+
+def _head(row: asyncpg.Record | None) -> Head:
+    if row is None:
+        raise LedgerUnavailable("the ledger head row is missing; run `svc db migrate`")
     return Head(row["last_seq"], bytes(row["last_hash"]))
 
 
@@ -79,7 +84,7 @@ def entry_from_row(row: asyncpg.Record) -> RecordedEntry:
 
 
 async def read_streams(
-    conn: asyncpg.Connection, stream_ids: Sequence[str]
+    conn: DbConnection, stream_ids: Sequence[str]
 ) -> dict[str, list[RecordedEntry]]:
     """All entries of the given streams, in stream order."""
     streams: dict[str, list[RecordedEntry]] = {}
@@ -89,7 +94,7 @@ async def read_streams(
 
 
 async def append(
-    conn: asyncpg.Connection, head: Head, pending: Sequence[PendingEvent]
+    conn: DbConnection, head: Head, pending: Sequence[PendingEvent]
 ) -> tuple[Head, list[RecordedEntry]]:
     """Append events after ``head`` (which the caller holds locked); return the new head."""
     columns: list[list[Any]] = [[] for _ in range(10)]
@@ -119,7 +124,7 @@ async def append(
 
 
 async def iter_rows(
-    conn: asyncpg.Connection, query_name: str, prefetch: int = 5000
+    conn: DbConnection, query_name: str, prefetch: int = 5000
 ) -> AsyncIterator[asyncpg.Record]:
     """Stream ledger rows through a server-side cursor (call inside a transaction)."""
     async for row in conn.cursor(SQL[query_name], prefetch=prefetch):

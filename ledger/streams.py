@@ -45,8 +45,8 @@ class RecordedEntry(msgspec.Struct, frozen=True):
 TASK_STREAM = StreamKind(
     stream_type=task.STREAM_TYPE,
     decode=task_event_decoder.decode,
-    decide=task.decide,  # type: ignore[arg-type]
-    evolve=task.evolve,  # type: ignore[arg-type]
+    decide=task.decide,
+    evolve=task.evolve,
 )
 
 COMMAND_STREAMS: dict[type[Any], StreamKind] = {

@@ -18,10 +18,11 @@ from typing import Any
 import asyncpg
 
 from ledger import store
+from ledger.database import DbConnection
 from ledger.errors import DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.streams import Command, RecordedEntry, stream_kind_for
 
-ProjectFn = Callable[[asyncpg.Connection, list[RecordedEntry]], Awaitable[None]]
+ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[None]]
 MAX_CONFLICT_RETRIES = 3
 
 
@@ -49,7 +50,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-async def load_states(conn: asyncpg.Connection, commands: Sequence[Command]) -> dict[str, Any]:
+async def load_states(conn: DbConnection, commands: Sequence[Command]) -> dict[str, Any]:
     """Fold each addressed stream into ``(state, stream_version)``."""
     streams = await store.read_streams(conn, sorted({c.stream_id for c in commands}))
     states: dict[str, Any] = {}

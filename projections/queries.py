@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from ledger.database import Queryable
 from ledger.errors import InvalidRequest
 from ledger.sqlfile import load_queries
 from projections.store import row_from_record
@@ -95,7 +96,7 @@ async def list_tasks(
     return TaskPage(rows, next_cursor, high_water)
 
 
-async def get_task(pool: asyncpg.Pool | asyncpg.Connection, task_id: str) -> TaskSummaryRow | None:
+async def get_task(pool: Queryable, task_id: str) -> TaskSummaryRow | None:
     """The summary row of one task, or None."""
     record = await pool.fetchrow(SQL["get_task"], task_id)
     return row_from_record(record) if record is not None else None
@@ -119,7 +120,7 @@ class StatsResult:
     high_water: int
 
 
-async def stats(pool: asyncpg.Pool | asyncpg.Connection, queue: str | None) -> StatsResult:
+async def stats(pool: Queryable, queue: str | None) -> StatsResult:
     """Queue stats read from the incrementally maintained counters (no scan of tasks)."""
     where = QueueFilter.parse(queue)
     records = await pool.fetch(SQL["stats"], where.queue, where.lane, STATS_ROW_LIMIT + 1)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import asyncpg
-
 from ledger import store
+from ledger.database import DbConnection
 from ledger.hashing import GENESIS_HASH, entry_hash
 from ledger.sqlfile import load_queries
 from ledger.streams import RecordedEntry
@@ -38,7 +37,7 @@ class ReplayReport:
         return self.chain_error is None and not any(self.differences.values())
 
 
-async def _rebuild(conn: asyncpg.Connection, report: ReplayReport, chunk_events: int) -> None:
+async def _rebuild(conn: DbConnection, report: ReplayReport, chunk_events: int) -> None:
     chunk: list[RecordedEntry] = []
     last_stream: str | None = None
     async for row in store.iter_rows(conn, "read_all_by_stream"):
@@ -54,7 +53,7 @@ async def _rebuild(conn: asyncpg.Connection, report: ReplayReport, chunk_events:
         await write_changes(conn, fold({}, chunk))
 
 
-async def _verify_chain(conn: asyncpg.Connection) -> str | None:
+async def _verify_chain(conn: DbConnection) -> str | None:
     expected_seq, prev = 0, GENESIS_HASH
     async for row in store.iter_rows(conn, "read_all_by_seq"):
         expected_seq += 1
@@ -79,7 +78,7 @@ async def _verify_chain(conn: asyncpg.Connection) -> str | None:
 
 
 async def replay(
-    conn: asyncpg.Connection, *, repair: bool = False, chunk_events: int = 5000
+    conn: DbConnection, *, repair: bool = False, chunk_events: int = 5000
 ) -> ReplayReport:
     """Rebuild projections into scratch tables and compare; with ``repair`` replace the live ones.
 
@@ -88,8 +87,7 @@ async def replay(
     """
     report = ReplayReport()
     started = time.perf_counter()
-    isolation = "read_committed" if repair else "repeatable_read"
-    async with conn.transaction(isolation=isolation):
+    async with conn.transaction(isolation="read_committed" if repair else "repeatable_read"):
         if repair:
             await store.lock_head(conn)
         await conn.execute(SQL["create_scratch"])

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from ledger.database import DbConnection
 from ledger.sqlfile import load_queries
 from ledger.streams import RecordedEntry
 from projections import commander
@@ -36,7 +37,9 @@ def row_from_record(record: asyncpg.Record) -> TaskSummaryRow:
     return TaskSummaryRow(**values)
 
 
-async def load_tasks(conn: asyncpg.Connection, task_ids: Sequence[str]) -> dict[str, TaskSummaryRow]:
+async def load_tasks(
+    conn: DbConnection, task_ids: Sequence[str]
+) -> dict[str, TaskSummaryRow]:
     """Current summary rows of the given tasks."""
     if not task_ids:
         return {}
@@ -44,7 +47,7 @@ async def load_tasks(conn: asyncpg.Connection, task_ids: Sequence[str]) -> dict[
     return {r["task_id"]: row_from_record(r) for r in records}
 
 
-async def write_changes(conn: asyncpg.Connection, changes: Changes) -> None:
+async def write_changes(conn: DbConnection, changes: Changes) -> None:
     """Write folded changes: task rows, commander rows, cursors and stats deltas."""
     tasks = list(changes.tasks.values())
     if tasks:
@@ -68,7 +71,7 @@ async def write_changes(conn: asyncpg.Connection, changes: Changes) -> None:
         await conn.execute(SQL["add_stats"], *_columns(stats, 5))
 
 
-async def project(conn: asyncpg.Connection, entries: list[RecordedEntry]) -> None:
+async def project(conn: DbConnection, entries: list[RecordedEntry]) -> None:
     """Update every projection for freshly appended entries, in the caller's transaction."""
     current = await load_tasks(conn, existing_task_ids(entries))
     await write_changes(conn, fold(current, entries))

@@ -1,0 +1,36 @@
+# Two commands: `make run` (set up, then serve on embedded defaults) and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test lint test-embedded test-pg15 bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/svc serve
+
+test: lint test-embedded test-pg15
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test-embedded: $(STAMP)
+	$(BIN)/pytest -q
+
+test-pg15: $(STAMP)
+	bash scripts/with-pg15.sh $(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.run
+
+clean:
+	rm -rf $(VENV) .svc .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,175 @@
+"""The real ``svc`` program against a real ``svc serve`` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.conftest import svc_executable
+from tests.support import task_body
+
+
+def svc(*args: str, api: str | None = None, stdin: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {"PATH": os.environ.get("PATH", ""), **(env or {})}
+    if api:
+        full_env["SVC_API_URL"] = api
+    return subprocess.run([svc_executable(), *args], input=stdin, capture_output=True,
+                          text=True, env=full_env, timeout=60)
+
+
+def submit(api: str, **overrides: Any) -> str:
+    result = svc("queue", "submit", "--json-stdin", "--raw", api=api,
+                 stdin=json.dumps(task_body(**overrides)))
+    assert result.returncode == 0, result.stderr
+    return str(json.loads(result.stdout)["taskId"])
+
+
+async def test_submit_show_read_cancel_round_trip(served_api: str) -> None:
+    result = svc("queue", "submit", "--json-stdin", api=served_api,
+                 stdin=json.dumps(task_body(title="Round trip")))
+    assert result.returncode == 0, result.stderr
+    task_id = result.stdout.split()[0]
+    assert task_id.startswith("tsk_")
+    assert "pending" in result.stdout and "Round trip" in result.stdout
+    assert "make the tests pass" not in result.stdout, "the prompt is not shown by default"
+
+    shown = svc("queue", "show", task_id, api=served_api)
+    assert shown.returncode == 0
+    assert "sessionPath: - (not dispatched)" in shown.stdout
+    full = svc("queue", "show", task_id, "--full", api=served_api)
+    assert "prompt: make the tests pass" in full.stdout
+
+    read = svc("queue", "read", task_id, "--reader-id", "ann", api=served_api)
+    assert read.returncode == 0
+    commander = svc("queue", "commander", "--reader-id", "ann", api=served_api)
+    assert f"{task_id}  pending   read" in commander.stdout
+    assert "recovery=dispatch" in commander.stdout
+
+    cancelled = svc("queue", "cancel", task_id, "--reason", "not needed", api=served_api)
+    assert cancelled.returncode == 0
+    assert "cancelled: not needed" in cancelled.stdout
+    again = svc("queue", "cancel", task_id, api=served_api)
+    assert again.returncode == 1
+    assert again.stderr.startswith("error: invalid-transition:")
+
+
+async def test_submit_from_a_file_and_dry_run(served_api: str, tmp_path: Path) -> None:
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(task_body(queue="alpha/fast")))
+    dry = svc("queue", "submit", "--json-file", str(path), "--dry-run", api=served_api)
+    assert dry.returncode == 0
+    assert "dry run: submit (nothing changed)" in dry.stdout
+    assert "(0 tasks" in svc("queue", "list", api=served_api).stdout
+    real = svc("queue", "submit", "--json-file", str(path), api=served_api)
+    assert real.returncode == 0
+    assert "alpha/fast" in real.stdout
+
+
+async def test_raw_prints_the_api_json_unchanged(served_api: str) -> None:
+    task_id = submit(served_api)
+    api_text = httpx.get(f"{served_api}/api/v1/queue/tasks/{task_id}").text
+    assert svc("queue", "show", task_id, "--raw", api=served_api).stdout == api_text + "\n"
+    listed = svc("queue", "list", "--raw", "--limit", "5", api=served_api).stdout
+    assert json.loads(listed)["items"][0]["taskId"] == task_id
+
+
+async def test_list_filters_and_stats(served_api: str) -> None:
+    first = submit(served_api, queue="alpha", backendProfile="profile-3")
+    submit(served_api, queue="beta")
+    svc("queue", "cancel", first, api=served_api)
+    listed = svc("queue", "list", "--queue", "alpha", "--state", "cancelled", api=served_api)
+    assert listed.returncode == 0
+    assert first in listed.stdout and "(1 tasks" in listed.stdout
+    stats = svc("queue", "stats", api=served_api)
+    assert "total: 2" in stats.stdout
+    assert "by state: cancelled=1  pending=1" in stats.stdout
+    assert "profile-3=1" in stats.stdout
+    after = svc("queue", "list", "--updated-after", "2", "--raw", api=served_api)
+    assert [i["taskId"] for i in json.loads(after.stdout)["items"]] == [first]
+
+
+@pytest.mark.parametrize(("args", "stdin", "code", "message"), [
+    (("queue", "submit", "--json-stdin"), "{not json", 1, "error: invalid-request:"),
+    (("queue", "submit", "--json-stdin"), json.dumps({"title": "x"}), 1,
+     "error: invalid-request:"),
+    (("queue", "submit"), None, 2, "--json-stdin"),
+    (("queue", "submit", "--json-file", "/nonexistent/task.json"), None, 2, "cannot read"),
+    (("queue", "show", "tsk_missing"), None, 1, "error: not-found:"),
+    (("queue", "list", "--limit", "501"), None, 1, "error: invalid-request:"),
+    (("queue", "read", "tsk_missing", "--reader-id", "a b"), None, 1, "invalid-request"),
+])
+async def test_failures_exit_non_zero_with_the_error_code(
+    served_api: str, args: tuple[str, ...], stdin: str | None, code: int, message: str
+) -> None:
+    result = svc(*args, api=served_api, stdin=stdin)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_api_is_reported() -> None:
+    result = svc("queue", "list", api="http://127.0.0.1:9")
+    assert result.returncode == 3
+    assert result.stderr.startswith("error: infra-failed: cannot reach the API")
+
+
+@pytest.mark.parametrize("command", [
+    ("--help",), ("queue", "--help"), ("queue", "list", "--help"),
+    ("queue", "commander", "--help"), ("ledger", "replay", "--help"), ("serve", "--help"),
+])
+def test_help_teaches_the_options(command: tuple[str, ...]) -> None:
+    result = svc(*command)
+    assert result.returncode == 0
+    assert "Usage: svc" in result.stdout
+
+
+def test_version() -> None:
+    result = svc("--version")
+    assert result.returncode == 0 and result.stdout.strip() == "0.1.0"
+
+
+async def test_ledger_replay_and_db_migrate(served_api: str, database_url: str) -> None:
+    task_id = submit(served_api)
+    env = {"SVC_DATABASE_URL": database_url}
+    assert "schema is up to date" in svc("db", "migrate", env=env).stdout
+    verify = svc("ledger", "replay", "--verify", env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "hash chain: ok" in verify.stdout and "task_summary: equal" in verify.stdout
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("UPDATE task_summary SET state = 'completed' WHERE task_id = $1",
+                           task_id)
+    finally:
+        await conn.close()
+    drifted = svc("ledger", "replay", "--verify", env=env)
+    assert drifted.returncode == 1
+    assert f"task_summary: 2 differing rows (e.g. {task_id})" in drifted.stdout
+    repaired = svc("ledger", "replay", env=env)
+    assert repaired.returncode == 0
+    assert "live projections replaced by the rebuild" in repaired.stdout
+    assert svc("ledger", "replay", "--verify", env=env).returncode == 0
+
+
+async def test_no_secret_reaches_cli_output(served_api: str) -> None:
+    canary = "CliCanaryToken9876543210abcdefGHIJ"
+    body = task_body(payload={"prompt": f"use https://bot:{canary}@git.example.org/r.git"},
+                     metadata={"apiKey": canary})
+    created = svc("queue", "submit", "--json-stdin", "--full", api=served_api,
+                  stdin=json.dumps(body))
+    assert created.returncode == 0
+    outputs = [created]
+    task_id = json.loads(svc("queue", "list", "--raw", api=served_api).stdout)["items"][0][
+        "taskId"]
+    for args in (("queue", "show", task_id, "--full"), ("queue", "show", task_id, "--raw"),
+                 ("queue", "list", "--full"), ("queue", "commander", "--full")):
+        outputs.append(svc(*args, api=served_api))
+    for result in outputs:
+        assert canary not in result.stdout + result.stderr
