@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -38,6 +38,9 @@ class SubmitTask(msgspec.Struct, frozen=True):
     contract: dict[str, Any]
     payload_hash: str
     creator: str
+
+    creates_stream: ClassVar[bool] = True
+    """The task id is new: there is no stream to load (a clash fails on the unique key)."""
 
     @property
     def stream_id(self) -> str:

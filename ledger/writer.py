@@ -51,8 +51,12 @@ def utc_now() -> datetime:
 
 
 async def load_states(conn: DbConnection, commands: Sequence[Command]) -> dict[str, Any]:
-    """Fold each addressed stream into ``(state, stream_version)``."""
-    streams = await store.read_streams(conn, sorted({c.stream_id for c in commands}))
+    """Fold each addressed stream into ``(state, stream_version)``.
+
+    Commands that create their stream (``creates_stream``) start from nothing, unread.
+    """
+    existing = {c.stream_id for c in commands if not getattr(c, "creates_stream", False)}
+    streams = await store.read_streams(conn, sorted(existing)) if existing else {}
     states: dict[str, Any] = {}
     for command in commands:
         kind = stream_kind_for(command)

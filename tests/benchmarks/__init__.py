@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): ratios against baselines measured in the same run."""

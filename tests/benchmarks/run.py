@@ -1,0 +1,211 @@
+"""``make bench``: the figures of the foundation issue, each a ratio against a baseline
+measured in the same run on the same Postgres, printed one per line as ``name=value``.
+
+    python -m tests.benchmarks.run [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import msgspec
+
+from ledger.database import start_embedded
+from ledger.migrate import migrate
+from tests.benchmarks import tools
+from tests.benchmarks.load import load
+from tests.support import with_database
+
+RESULTS = Path(__file__).parent / "results"
+
+
+class Bench:
+    """One run: a private embedded Postgres, databases per measurement, the figures."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.seconds = 4 if quick else 10
+        self.workdir = Path(tempfile.mkdtemp(prefix="svc-bench-"))
+        self.server = start_embedded(self.workdir / "pg")
+        self.admin = self.server.get_uri("postgres")
+        self.figures: dict[str, str] = {}
+
+    def report(self, name: str, value: float | int | str) -> None:
+        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+        self.figures[name] = text
+        print(f"{name}={text}", flush=True)
+
+    def database(self, name: str) -> str:
+        async def create() -> str:
+            conn = await asyncpg.connect(self.admin)
+            try:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                await conn.execute(f'CREATE DATABASE "{name}"')
+            finally:
+                await conn.close()
+            url = with_database(self.admin, name)
+            conn = await asyncpg.connect(url)
+            try:
+                await migrate(conn)
+                await conn.execute("CREATE TABLE bench_insert (id bigint, payload text)")
+            finally:
+                await conn.close()
+            return url
+
+        return asyncio.run(create())
+
+    @contextlib.contextmanager
+    def api(self, url: str) -> Iterator[str]:
+        port = tools_free_port()
+        env = {"PATH": os.environ["PATH"], "SVC_DATABASE_URL": url, "SVC_PORT": str(port),
+               "SVC_DATA_DIR": str(self.workdir / "data")}
+        svc = str(Path(sys.executable).with_name("svc"))
+        process = subprocess.Popen([svc, "serve"], env=env, stdout=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(300):
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{base}/api/v1/health").status_code == 200:
+                        break
+                time.sleep(0.1)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(10)
+
+    def submit_figures(self) -> None:
+        pg_url = self.database("bench_pgbench")
+        pg16 = tools.pgbench(pg_url, "submit_txn.sql", 16, self.seconds)
+        pg1 = tools.pgbench(pg_url, "submit_txn.sql", 1, self.seconds)
+        insert16 = tools.pgbench(pg_url, "single_insert.sql", 16, self.seconds)
+        api_url = self.database("bench_submit")
+        with self.api(api_url) as base:
+            poller = tools.Poller(base)
+            poller.start()
+            ours16, _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=16,
+                                  seconds=self.seconds, script="submit.lua")
+            ours1, _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=1,
+                                 seconds=self.seconds, script="submit.lua")
+            poller.stop()
+        final = asyncio.run(_versions(api_url))
+        missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
+        self.report("pgbench_submit_txn_tps_16", pg16)
+        self.report("pgbench_submit_txn_tps_1", pg1)
+        self.report("pgbench_single_insert_tps_16", insert16)
+        self.report("http_submit_rps_16", ours16)
+        self.report("http_submit_rps_1", ours1)
+        self.report("submit_ratio", ours16 / pg16)
+        self.report("projection_cost", pg16 / insert16)
+        self.report("commit_scaling", (ours16 / ours1) / (pg16 / pg1))
+        self.report("poll_tasks_checked", len(final))
+        self.report("poll_missed", missed)
+
+    def read_figures(self) -> None:
+        url = self.database("bench_read")
+        small, large = (1_000, 20_000) if self.quick else (1_000, 100_000)
+        paths = {"list": "/api/v1/queue/tasks?limit=50",
+                 "stats": "/api/v1/queue/stats",
+                 "commander": "/api/v1/queue/commander?readerId=reader-0&limit=20"}
+        p99: dict[tuple[str, int], float] = {}
+        loaded = 0
+        for size in (small, large):
+            asyncio.run(load(url, tasks=size - loaded, reads=(size - loaded) // 2,
+                             cancels=(size - loaded) // 4, seed=size))
+            loaded = size
+            asyncio.run(_analyze(url))
+            with self.api(url) as base:
+                for name, path in paths.items():
+                    tools.wrk(base + path, clients=4, seconds=2)  # warm-up
+                    _, p99[(name, size)] = tools.wrk(base + path, clients=4,
+                                                     seconds=self.seconds)
+        for name in paths:
+            self.report(f"read_p99_ms_{name}_{small}", p99[(name, small)] * 1000)
+            self.report(f"read_p99_ms_{name}_{large}", p99[(name, large)] * 1000)
+            self.report(f"read_ratio_{name}", p99[(name, large)] / p99[(name, small)])
+
+    def replay_figures(self) -> None:
+        url = self.database("bench_replay")
+        sizes = (20_000, 200_000) if self.quick else (100_000, 1_000_000)
+        events = 0
+        for size in sizes:
+            todo = size - events
+            events += asyncio.run(load(url, tasks=todo // 2, reads=todo * 3 // 10,
+                                       cancels=todo // 5, seed=size))
+            asyncio.run(_analyze(url))
+            output, rss = tools.run_with_peak_rss(
+                tools.python_module("tests.benchmarks.replay_child", url))
+            result = msgspec.json.decode(output)
+            assert result["ok"], "replay found differences"
+            per_s = result["events"] / result["seconds"]
+            copy_per_s = tools.copy_rows_per_second(url, result["events"])
+            label = f"{result['events'] // 1000}k"
+            self.report(f"replay_events_{label}", result["events"])
+            self.report(f"replay_events_per_s_{label}", per_s)
+            self.report(f"copy_rows_per_s_{label}", copy_per_s)
+            self.report(f"replay_ratio_{label}", per_s / copy_per_s)
+            self.report(f"replay_peak_rss_mb_{label}", rss)
+
+    def close(self) -> None:
+        self.server.cleanup()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def tools_free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _versions(url: str) -> dict[str, int]:
+    conn = await asyncpg.connect(url)
+    try:
+        return {r["task_id"]: r["version"]
+                for r in await conn.fetch("SELECT task_id, version FROM task_summary")}
+    finally:
+        await conn.close()
+
+
+async def _analyze(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short runs, smaller data")
+    parser.add_argument("--only", choices=["submit", "read", "replay"], action="append")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
+        return 1
+    bench = Bench(args.quick)
+    try:
+        for part in args.only or ["submit", "read", "replay"]:
+            getattr(bench, f"{part}_figures")()
+    finally:
+        bench.close()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.txt").write_text(
+        "".join(f"{k}={v}\n" for k, v in bench.figures.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

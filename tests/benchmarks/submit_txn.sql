@@ -1,0 +1,34 @@
+-- The SQL transaction one HTTP submit performs (group of one), for pgbench.
+\set n random(1, 9000000000000000000)
+BEGIN;
+UPDATE ledger_head SET last_seq = last_seq + 1,
+       last_hash = '\x1111111111111111111111111111111111111111111111111111111111111111'
+ WHERE id = 1 RETURNING last_seq AS seq \gset
+INSERT INTO ledger (change_seq, stream_type, stream_id, stream_version, event_type, payload,
+                    actor, recorded_at, prev_hash, hash)
+VALUES (:seq, 'task', 'tsk_b' || :n, 1, 'task-submitted',
+        '{"type": "task-submitted","task_id": "tsk_b","tenant_id": "bench","project_id": "bench","queue": "bench","lane": "default","title": "bench","priority": 50,"backend_profile": null,"contract": {"tenantId": "bench","projectId": "bench","queue": "bench","title": "bench","payload": {"prompt": "benchmark prompt"},"priority": 50},"payload_hash": "0000000000000000000000000000000000000000000000000000000000000000","creator": "api"}',
+        'api', now(),
+        '\x2222222222222222222222222222222222222222222222222222222222222222',
+        '\x3333333333333333333333333333333333333333333333333333333333333333');
+INSERT INTO task_summary (task_id, tenant_id, project_id, queue, lane, title, priority, state,
+                          backend_profile, summary, version, change_seq, payload_hash, contract,
+                          latest_attempt, session_path, creator, created_at, updated_at)
+VALUES ('tsk_b' || :n, 'bench', 'bench', 'bench', 'default', 'bench', 50, 'pending', NULL,
+        'submitted; waiting for dispatch', 1, :seq,
+        '0000000000000000000000000000000000000000000000000000000000000000',
+        '{"tenantId": "bench","projectId": "bench","queue": "bench","title": "bench","payload": {"prompt": "benchmark prompt"},"priority": 50}',
+        NULL, NULL, 'api', now(), now())
+ON CONFLICT (task_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version,
+       change_seq = EXCLUDED.change_seq, updated_at = EXCLUDED.updated_at;
+INSERT INTO commander_view (task_id, queue, attention, change_seq, phase, recovery)
+VALUES ('tsk_b' || :n, 'bench', 3, :seq, 'awaiting-dispatch', 'dispatch')
+ON CONFLICT (task_id) DO UPDATE SET attention = EXCLUDED.attention,
+       change_seq = EXCLUDED.change_seq;
+INSERT INTO queue_stats (queue, lane, state, backend_profile, task_count)
+VALUES ('bench', 'default', 'pending', '', 1)
+ON CONFLICT (queue, lane, state, backend_profile) DO UPDATE SET
+       task_count = queue_stats.task_count + EXCLUDED.task_count;
+COMMIT;
+SELECT task_id, state, version, change_seq, contract::text FROM task_summary
+ WHERE task_id = 'tsk_b' || :n;

