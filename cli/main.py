@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from cyclopts import App
@@ -25,10 +26,12 @@ app.command(ledger_app)
 
 def run() -> None:
     """Entry point of the ``svc`` console script."""
-    import signal
-
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `svc queue list | head` ends quietly
-    result = app()
+    try:
+        result = app()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `svc queue list | head`: the reader left; end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     sys.exit(result if isinstance(result, int) else 0)
 
 

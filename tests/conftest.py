@@ -26,6 +26,8 @@ from tests.support import unique_name, with_database
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 TEMPLATE = f"svc_template_{os.getpid()}"
+SERVER_PIDS: dict[str, int] = {}
+"""Process id of each running ``svc serve`` started by the tests, by base URL."""
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +104,7 @@ async def running_api(database_url: str, workdir: Path) -> AsyncIterator[str]:
         process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,
                                    stderr=log)
         base = f"http://127.0.0.1:{port}"
+        SERVER_PIDS[base] = process.pid
         try:
             deadline = time.monotonic() + 30
             async with httpx.AsyncClient() as http:

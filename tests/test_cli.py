@@ -173,3 +173,40 @@ async def test_no_secret_reaches_cli_output(served_api: str) -> None:
         outputs.append(svc(*args, api=served_api))
     for result in outputs:
         assert canary not in result.stdout + result.stderr
+
+
+async def test_the_server_survives_clients_that_hang_up_mid_response(served_api: str) -> None:
+    """Clients closing while responses are still being written must not kill the server."""
+    import socket
+    import struct
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    body = json.dumps(task_body(title="x" * 300)).encode()
+    for _ in range(40):
+        httpx.post(f"{served_api}/api/v1/queue/tasks", content=body,
+                   headers={"content-type": "application/json"})
+    address = urlsplit(served_api)
+    request = b"GET /api/v1/queue/tasks?limit=500 HTTP/1.1\r\nHost: x\r\n\r\n" * 200
+
+    def hang_up(index: int) -> None:
+        with socket.create_connection((address.hostname, address.port)) as sock:
+            if index % 2:  # close with a reset instead of a FIN
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.sendall(request)
+            sock.recv(65536)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(hang_up, range(40)))
+    assert httpx.get(f"{served_api}/api/v1/health").status_code == 200
+
+
+async def test_the_server_ignores_sigpipe(served_api: str) -> None:
+    """A peer that hangs up mid-response must raise EPIPE in the server, never kill it."""
+    from tests.conftest import SERVER_PIDS
+
+    status = Path(f"/proc/{SERVER_PIDS[served_api]}/status").read_text()
+    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+                  .split()[1], 16)
+    sigpipe = 13
+    assert ignored & (1 << (sigpipe - 1)), "SIGPIPE would kill the server"

@@ -72,18 +72,30 @@ class Bench:
         env = {"PATH": os.environ["PATH"], "SVC_DATABASE_URL": url, "SVC_PORT": str(port),
                "SVC_DATA_DIR": str(self.workdir / "data")}
         svc = str(Path(sys.executable).with_name("svc"))
-        process = subprocess.Popen([svc, "serve"], env=env, stdout=subprocess.DEVNULL)
+        log = (self.workdir / f"serve-{port}.log").open("w")
+        process = subprocess.Popen([svc, "serve"], env=env, stdout=log, stderr=log)
         base = f"http://127.0.0.1:{port}"
         try:
             for _ in range(300):
                 with contextlib.suppress(httpx.HTTPError):
                     if httpx.get(f"{base}/api/v1/health").status_code == 200:
                         break
+                if process.poll() is not None:
+                    break
                 time.sleep(0.1)
-            yield base
+            else:
+                raise RuntimeError("the API did not start")
+            if process.poll() is not None:
+                raise RuntimeError((self.workdir / f"serve-{port}.log").read_text())
+            try:
+                yield base
+            except Exception:
+                print((self.workdir / f"serve-{port}.log").read_text()[-3000:], file=sys.stderr)
+                raise
         finally:
             process.terminate()
             process.wait(10)
+            log.close()
 
     def submit_figures(self) -> None:
         pg_url = self.database("bench_pgbench")
