@@ -31,10 +31,10 @@ ACTOR = "api"
 
 
 async def _detail(state: State, task_id: str) -> wire.TaskDetail:
-    row = await queries.get_task(state.pool, task_id)
-    if row is None:
+    found = await queries.get_task(state.pool, task_id)
+    if found is None:
         raise NotFound(f"task {task_id} not found", taskId=task_id)
-    return views.task_detail(row)
+    return views.task_detail(*found)
 
 
 async def _mutate(state: State, name: str, command: TaskCommand,

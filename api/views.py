@@ -13,9 +13,9 @@ from projections.task_summary import TaskSummaryRow
 _ITEM_FIELDS = tuple(wire.TaskItem.__struct_fields__)
 
 
-def task_detail(row: TaskSummaryRow) -> wire.TaskDetail:
-    """The task detail of a summary row."""
-    return wire.TaskDetail(**msgspec.structs.asdict(row))
+def task_detail(row: TaskSummaryRow, contract: dict[str, Any]) -> wire.TaskDetail:
+    """The task detail of a summary row and its contract."""
+    return wire.TaskDetail(**msgspec.structs.asdict(row), contract=contract)
 
 
 def task_list(page: TaskPage) -> wire.TaskList:

@@ -123,9 +123,10 @@ async def append(
     return Head(seq, prev), recorded
 
 
-async def iter_rows(
-    conn: DbConnection, query_name: str, prefetch: int = 5000
-) -> AsyncIterator[asyncpg.Record]:
-    """Stream ledger rows through a server-side cursor (call inside a transaction)."""
-    async for row in conn.cursor(SQL[query_name], prefetch=prefetch):
-        yield row
+async def iter_batches(
+    conn: DbConnection, query_name: str, batch: int = 5000
+) -> AsyncIterator[list[asyncpg.Record]]:
+    """Stream ledger rows in batches through a server-side cursor (inside a transaction)."""
+    cursor = await conn.cursor(SQL[query_name])
+    while rows := await cursor.fetch(batch):
+        yield rows

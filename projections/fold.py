@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from ledger.events import TaskSubmitted
+from ledger.streams import RecordedEntry
 from ledger.task import STREAM_TYPE as TASK_STREAM
 from projections import queue_stats, read_cursor, task_summary
 from projections.queue_stats import StatsKey
@@ -18,20 +21,22 @@ class Changes:
     """Rows to write after folding a run of entries."""
 
     tasks: dict[str, TaskSummaryRow] = field(default_factory=dict)
+    contracts: dict[str, dict[str, Any]] = field(default_factory=dict)
     cursors: dict[tuple[str, str], ReadCursorRow] = field(default_factory=dict)
     stats: Counter[StatsKey] = field(default_factory=Counter)
 
 
-def fold(current: dict[str, TaskSummaryRow], entries: Iterable[object]) -> Changes:
+def fold(current: dict[str, TaskSummaryRow], entries: Iterable[RecordedEntry]) -> Changes:
     """Fold entries over the current task rows (which it does not modify)."""
-    from ledger.streams import RecordedEntry
-
     changes = Changes()
     rows = dict(current)
     for entry in entries:
-        assert isinstance(entry, RecordedEntry)
         if entry.stream_type != TASK_STREAM:
             continue
+        event = entry.event
+        if type(event) is TaskSubmitted:
+            assert isinstance(event, TaskSubmitted)
+            changes.contracts[entry.stream_id] = event.contract
         old = rows.get(entry.stream_id)
         new = task_summary.evolve(old, entry)
         if new is not old and new is not None:
@@ -44,18 +49,14 @@ def fold(current: dict[str, TaskSummaryRow], entries: Iterable[object]) -> Chang
     return changes
 
 
-def existing_task_ids(entries: Iterable[object]) -> list[str]:
+def existing_task_ids(entries: Iterable[RecordedEntry]) -> list[str]:
     """Task streams whose current row must be loaded before folding (not created here)."""
-    from ledger.events import TaskSubmitted
-    from ledger.streams import RecordedEntry
-
     created: set[str] = set()
     needed: set[str] = set()
     for entry in entries:
-        assert isinstance(entry, RecordedEntry)
         if entry.stream_type != TASK_STREAM:
             continue
-        if isinstance(entry.event, TaskSubmitted):
+        if type(entry.event) is TaskSubmitted:
             created.add(entry.stream_id)
         elif entry.stream_id not in created:
             needed.add(entry.stream_id)

@@ -96,10 +96,14 @@ async def list_tasks(
     return TaskPage(rows, next_cursor, high_water)
 
 
-async def get_task(pool: Queryable, task_id: str) -> TaskSummaryRow | None:
-    """The summary row of one task, or None."""
+async def get_task(
+    pool: Queryable, task_id: str
+) -> tuple[TaskSummaryRow, dict[str, Any]] | None:
+    """The summary row and submitted contract of one task, or None."""
     record = await pool.fetchrow(SQL["get_task"], task_id)
-    return row_from_record(record) if record is not None else None
+    if record is None:
+        return None
+    return row_from_record(record), _object_decoder.decode(record["contract"])
 
 
 async def high_water(pool: asyncpg.Pool) -> int:

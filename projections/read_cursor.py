@@ -20,6 +20,7 @@ class ReadCursorRow(msgspec.Struct, frozen=True):
 def evolve(entry: RecordedEntry) -> ReadCursorRow | None:
     """The cursor row an entry sets, if any."""
     event = entry.event
-    if isinstance(event, TaskReadCursorAdvanced):
+    if type(event) is TaskReadCursorAdvanced:
+        assert isinstance(event, TaskReadCursorAdvanced)
         return ReadCursorRow(event.reader_id, entry.stream_id, event.version, entry.change_seq)
     return None

@@ -1,8 +1,4 @@
-"""SQL writers of the projections: load current rows, write folded changes in bulk.
-
-The same statements write the live tables and, during replay, the session's temporary
-tables of the same names (``pg_temp`` comes first on the search path).
-"""
+"""SQL writers of the live projections: load current rows, write folded changes in bulk."""
 
 from __future__ import annotations
 
@@ -22,19 +18,32 @@ from projections.task_summary import COLUMNS, TaskSummaryRow
 SQL = load_queries("projections", "projections.sql")
 _json = msgspec.json.Encoder()
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
+_ATTEMPT = COLUMNS.index("latest_attempt")
 
 
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width
+def json_text(value: Any) -> str | None:
+    """The JSON text stored for a value (None stays NULL)."""
+    return None if value is None else _json.encode(value).decode()
 
 
 def row_from_record(record: asyncpg.Record) -> TaskSummaryRow:
     """Decode a ``task_summary`` record into its row type."""
-    values = dict(record)
-    values["contract"] = _object_decoder.decode(values["contract"])
+    values = {name: record[name] for name in COLUMNS}
     attempt = values["latest_attempt"]
     values["latest_attempt"] = _object_decoder.decode(attempt) if attempt else None
     return TaskSummaryRow(**values)
+
+
+def task_tuple(row: TaskSummaryRow) -> tuple[Any, ...]:
+    """A task row as stored: JSON fields as text."""
+    values = list(msgspec.structs.astuple(row))
+    values[_ATTEMPT] = json_text(row.latest_attempt)
+    return tuple(values)
+
+
+def columns_of(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Transpose rows into the per-column arrays ``unnest`` takes."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width
 
 
 async def load_tasks(
@@ -48,27 +57,22 @@ async def load_tasks(
 
 
 async def write_changes(conn: DbConnection, changes: Changes) -> None:
-    """Write folded changes: task rows, commander rows, cursors and stats deltas."""
+    """Upsert folded changes: task rows, contracts, commander rows, cursors, stats deltas."""
     tasks = list(changes.tasks.values())
     if tasks:
-        task_rows = []
-        for row in tasks:
-            values = list(msgspec.structs.astuple(row))
-            values[COLUMNS.index("contract")] = _json.encode(row.contract).decode()
-            attempt = row.latest_attempt
-            values[COLUMNS.index("latest_attempt")] = (
-                _json.encode(attempt).decode() if attempt is not None else None
-            )
-            task_rows.append(tuple(values))
-        await conn.execute(SQL["upsert_tasks"], *_columns(task_rows, len(COLUMNS)))
+        rows = [task_tuple(row) for row in tasks]
+        await conn.execute(SQL["upsert_tasks"], *columns_of(rows, len(COLUMNS)))
         commander_rows = [msgspec.structs.astuple(commander.derive(r)) for r in tasks]
-        await conn.execute(SQL["upsert_commander"], *_columns(commander_rows, 6))
+        await conn.execute(SQL["upsert_commander"], *columns_of(commander_rows, 6))
+    if changes.contracts:
+        await conn.execute(SQL["insert_contracts"], list(changes.contracts),
+                           [json_text(c) for c in changes.contracts.values()])
     if changes.cursors:
         cursor_rows = [msgspec.structs.astuple(c) for c in changes.cursors.values()]
-        await conn.execute(SQL["upsert_cursors"], *_columns(cursor_rows, 4))
+        await conn.execute(SQL["upsert_cursors"], *columns_of(cursor_rows, 4))
     stats = [(*key, delta) for key, delta in changes.stats.items() if delta != 0]
     if stats:
-        await conn.execute(SQL["add_stats"], *_columns(stats, 5))
+        await conn.execute(SQL["add_stats"], *columns_of(stats, 5))
 
 
 async def project(conn: DbConnection, entries: list[RecordedEntry]) -> None:

@@ -28,7 +28,6 @@ class TaskSummaryRow(msgspec.Struct, frozen=True):
     version: int
     change_seq: int
     payload_hash: str
-    contract: dict[str, Any]
     latest_attempt: dict[str, Any] | None
     session_path: str | None
     creator: str
@@ -42,19 +41,22 @@ COLUMNS = tuple(TaskSummaryRow.__struct_fields__)
 def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow | None:
     """Fold one task-stream entry into the summary row (reads leave it unchanged)."""
     event = entry.event
-    if isinstance(event, TaskSubmitted):
+    kind = type(event)
+    if kind is TaskSubmitted:
+        assert isinstance(event, TaskSubmitted)
         return TaskSummaryRow(
             task_id=event.task_id, tenant_id=event.tenant_id, project_id=event.project_id,
             queue=event.queue, lane=event.lane, title=event.title, priority=event.priority,
             state=PENDING, backend_profile=event.backend_profile,
             summary="submitted; waiting for dispatch", version=1, change_seq=entry.change_seq,
-            payload_hash=event.payload_hash, contract=event.contract, latest_attempt=None,
+            payload_hash=event.payload_hash, latest_attempt=None,
             session_path=None, creator=event.creator, created_at=entry.recorded_at,
             updated_at=entry.recorded_at,
         )
-    if row is None or isinstance(event, TaskReadCursorAdvanced):
+    if row is None or kind is TaskReadCursorAdvanced:
         return row
-    if isinstance(event, TaskCancelled):
+    if kind is TaskCancelled:
+        assert isinstance(event, TaskCancelled)
         summary = f"cancelled: {event.reason}" if event.reason else "cancelled"
         return msgspec.structs.replace(
             row, state=CANCELLED, summary=summary, version=row.version + 1,

@@ -32,7 +32,8 @@ async def snapshot(url: str) -> dict[str, Any]:
             "head": tuple(await conn.fetchrow("SELECT last_seq, last_hash FROM ledger_head")),
             "ledger": await conn.fetchval("SELECT count(*) FROM ledger"),
         }
-        for table, key in (("task_summary", "task_id"), ("read_cursor", "reader_id, task_id"),
+        for table, key in (("task_summary", "task_id"), ("task_contract", "task_id"),
+                           ("read_cursor", "reader_id, task_id"),
                            ("queue_stats", "queue, lane, state, backend_profile"),
                            ("commander_view", "task_id")):
             rows = await conn.fetch(f"SELECT *  FROM {table} ORDER BY {key}")

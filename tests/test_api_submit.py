@@ -162,7 +162,7 @@ async def test_secret_shaped_values_never_reach_the_ledger_or_responses(
         dump = await conn.fetchval(
             "SELECT string_agg(payload::text, '\n') FROM ledger") or ""
         projected = await conn.fetchval(
-            "SELECT string_agg(contract::text, '\n') FROM task_summary") or ""
+            "SELECT string_agg(contract::text, '\n') FROM task_contract") or ""
     finally:
         await conn.close()
     assert canary not in dump

@@ -105,3 +105,12 @@ async def test_migrations_produce_the_columns_the_code_writes(conn: asyncpg.Conn
     assert ledger_columns == {"change_seq", "stream_type", "stream_id", "stream_version",
                               "event_type", "payload", "actor", "recorded_at", "prev_hash",
                               "hash"}
+
+
+async def test_replay_detects_an_edited_contract(client: Any, conn: asyncpg.Connection) -> None:
+    (task_id,) = await _submit_some(client, 1)
+    await conn.execute(
+        "UPDATE task_contract SET contract = '{\"title\": \"forged\"}' WHERE task_id = $1", task_id)
+    report = await replay(conn)
+    assert report.differences["task_contract"] == 2
+    assert report.samples["task_contract"] == [task_id]

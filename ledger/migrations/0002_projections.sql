@@ -14,7 +14,6 @@ CREATE TABLE task_summary (
     version         integer     NOT NULL,
     change_seq      bigint      NOT NULL,
     payload_hash    text        NOT NULL,
-    contract        json        NOT NULL,
     latest_attempt  json,
     session_path    text,
     creator         text        NOT NULL,
@@ -26,6 +25,12 @@ CREATE INDEX task_summary_queue_seq ON task_summary (queue, change_seq);
 CREATE INDEX task_summary_queue_lane_seq ON task_summary (queue, lane, change_seq);
 CREATE INDEX task_summary_state_seq ON task_summary (state, change_seq);
 CREATE INDEX task_summary_queue_state_seq ON task_summary (queue, state, change_seq);
+
+-- The submitted contract, written once: kept out of the hot summary row.
+CREATE TABLE task_contract (
+    task_id  text PRIMARY KEY,
+    contract json NOT NULL
+);
 
 CREATE TABLE read_cursor (
     reader_id  text    NOT NULL,

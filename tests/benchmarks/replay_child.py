@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import sys
 
 import asyncpg
@@ -17,8 +18,9 @@ async def main(url: str) -> None:
         report = await replay(conn)
     finally:
         await conn.close()
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(msgspec.json.encode({"events": report.events, "seconds": report.seconds,
-                               "ok": report.ok}).decode())
+                               "ok": report.ok, "peak_rss_mib": peak_mib}).decode())
 
 
 if __name__ == "__main__":

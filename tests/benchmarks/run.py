@@ -156,9 +156,11 @@ class Bench:
             events += asyncio.run(load(url, tasks=todo // 2, reads=todo * 3 // 10,
                                        cancels=todo // 5, seed=size))
             asyncio.run(_analyze(url))
-            output, rss = tools.run_with_peak_rss(
-                tools.python_module("tests.benchmarks.replay_child", url))
+            output = subprocess.run(
+                tools.python_module("tests.benchmarks.replay_child", url),
+                capture_output=True, text=True, check=True).stdout
             result = msgspec.json.decode(output)
+            rss = result["peak_rss_mib"]  # measured in the child: a fork inherits our RSS
             assert result["ok"], "replay found differences"
             per_s = result["events"] / result["seconds"]
             copy_per_s = tools.copy_rows_per_second(url, result["events"])

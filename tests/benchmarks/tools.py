@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -61,20 +60,6 @@ def copy_rows_per_second(url: str, rows: int) -> float:
     subprocess.run([pg_bin("psql"), url, "-q", "-c", query], stdout=subprocess.DEVNULL,
                    check=True)
     return rows / (time.perf_counter() - started)
-
-
-def run_with_peak_rss(args: list[str]) -> tuple[str, float]:
-    """Run a child; return its stdout and peak RSS in MiB."""
-    read_end, write_end = os.pipe()
-    process = subprocess.Popen(args, stdout=write_end)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        output = pipe.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"{args} exited with {status}")
-    process.returncode = 0
-    return output, usage.ru_maxrss / 1024
 
 
 def python_module(module: str, *args: str) -> list[str]:
