@@ -12,7 +12,7 @@ VALUES (:seq, 'task', 'tsk_b' || :n, 1, 'task-submitted',
         '\x2222222222222222222222222222222222222222222222222222222222222222',
         '\x3333333333333333333333333333333333333333333333333333333333333333');
 INSERT INTO task_summary (task_id, tenant_id, project_id, queue, lane, title, priority, state,
-                          backend_profile, summary, version, change_seq, payload_hash, contract,
+                          backend_profile, summary, version, change_seq, payload_hash,
                           latest_attempt, session_path, creator, created_at, updated_at)
 VALUES ('tsk_b' || :n, 'bench', 'bench', 'bench', 'default', 'bench', 50, 'pending', NULL,
         'submitted; waiting for dispatch', 1, :seq,
@@ -21,6 +21,9 @@ VALUES ('tsk_b' || :n, 'bench', 'bench', 'bench', 'default', 'bench', 50, 'pendi
         NULL, NULL, 'api', now(), now())
 ON CONFLICT (task_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version,
        change_seq = EXCLUDED.change_seq, updated_at = EXCLUDED.updated_at;
+INSERT INTO task_contract (task_id, contract)
+VALUES ('tsk_b' || :n, '{"tenantId": "bench", "projectId": "bench", "queue": "bench", "title": "bench", "payload": {"prompt": "benchmark prompt"}, "priority": 50}')
+ON CONFLICT (task_id) DO NOTHING;
 INSERT INTO commander_view (task_id, queue, attention, change_seq, phase, recovery)
 VALUES ('tsk_b' || :n, 'bench', 3, :seq, 'awaiting-dispatch', 'dispatch')
 ON CONFLICT (task_id) DO UPDATE SET attention = EXCLUDED.attention,
@@ -30,5 +33,5 @@ VALUES ('bench', 'default', 'pending', '', 1)
 ON CONFLICT (queue, lane, state, backend_profile) DO UPDATE SET
        task_count = queue_stats.task_count + EXCLUDED.task_count;
 COMMIT;
-SELECT task_id, state, version, change_seq, contract::text FROM task_summary
- WHERE task_id = 'tsk_b' || :n;
+SELECT t.task_id, state, version, change_seq, c.contract::text
+  FROM task_summary t JOIN task_contract c USING (task_id) WHERE t.task_id = 'tsk_b' || :n;
