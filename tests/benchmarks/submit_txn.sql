@@ -17,7 +17,6 @@ INSERT INTO task_summary (task_id, tenant_id, project_id, queue, lane, title, pr
 VALUES ('tsk_b' || :n, 'bench', 'bench', 'bench', 'default', 'bench', 50, 'pending', NULL,
         'submitted; waiting for dispatch', 1, :seq,
         '0000000000000000000000000000000000000000000000000000000000000000',
-        '{"tenantId": "bench","projectId": "bench","queue": "bench","title": "bench","payload": {"prompt": "benchmark prompt"},"priority": 50}',
         NULL, NULL, 'api', now(), now())
 ON CONFLICT (task_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version,
        change_seq = EXCLUDED.change_seq, updated_at = EXCLUDED.updated_at;
