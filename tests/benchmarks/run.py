@@ -71,6 +71,8 @@ class Bench:
         port = tools_free_port()
         env = {"PATH": os.environ["PATH"], "SVC_DATABASE_URL": url, "SVC_PORT": str(port),
                "SVC_DATA_DIR": str(self.workdir / "data")}
+        if "PYTHONPATH" in os.environ:  # benchmarking another checkout with this venv
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         svc = str(Path(sys.executable).with_name("svc"))
         log = (self.workdir / f"serve-{port}.log").open("w")
         process = subprocess.Popen([svc, "serve"], env=env, stdout=log, stderr=log)
