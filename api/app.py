@@ -8,33 +8,47 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
+from api.attempt_routes import AttemptController
 from api.errors import handle_exception
 from api.health import VERSION, health
 from api.queue_routes import QueueController
-from ledger.database import create_pool
+from api.session_routes import show_session
+from ledger.database import create_pool, data_dir
 from ledger.writer import LedgerWriter
 from projections.store import project
+from runner_assembly import faults
+from runner_assembly.dispatch import Dispatcher
+from runner_assembly.local_driver import LocalDriver
+from runner_assembly.settings import RunnerSettings
 
 MAX_BODY_BYTES = 1024 * 1024
 
 
-def create_app(database_url: str, *, pool_size: int = 10) -> Litestar:
-    """The API bound to one database; the pool and the ledger writer live with the app."""
+def create_app(database_url: str, *, pool_size: int = 10,
+               settings: RunnerSettings | None = None) -> Litestar:
+    """The API bound to one database; the pool, ledger writer and dispatcher live with it."""
+    runner = settings or RunnerSettings.from_env(data_dir())
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        # Separate pools: fence waiters and reads can never starve the ledger writer.
         pool = await create_pool(database_url, max_size=pool_size)
-        writer = LedgerWriter(pool, project)
+        writer_pool = await create_pool(database_url, min_size=1, max_size=3)
+        fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
+        writer = LedgerWriter(writer_pool, project)
         await writer.start()
-        app.state.pool, app.state.writer = pool, writer
+        driver = faults.wrap(LocalDriver(runner.jobs_dir), runner.faults)
+        app.state.pool, app.state.writer, app.state.settings = pool, writer, runner
+        app.state.dispatcher = Dispatcher(pool, fence_pool, writer, driver, runner)
         try:
             yield
         finally:
             await writer.close()
-            await pool.close()
+            for each in (pool, writer_pool, fence_pool):
+                await each.close()
 
     return Litestar(
-        route_handlers=[QueueController, health],
+        route_handlers=[QueueController, AttemptController, show_session, health],
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=MAX_BODY_BYTES,

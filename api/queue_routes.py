@@ -15,7 +15,7 @@ from api.body import read_body
 from ledger import intake
 from ledger.errors import NotFound
 from ledger.redaction import redact_text
-from ledger.task import CancelTask, MarkTaskRead, TaskCommand
+from ledger.task import RUNNING, CancelTask, MarkTaskRead, TaskCommand
 from ledger.writer import LedgerWriter
 from projections import queries
 
@@ -30,11 +30,14 @@ Cursor = Annotated[str | None, QueryParameter(max_length=64, pattern=r"^[A-Za-z0
 ACTOR = "api"
 
 
-async def _detail(state: State, task_id: str) -> wire.TaskDetail:
+async def task_detail(state: State, task_id: str,
+                      work_ready: dict[str, Any] | None = None) -> wire.TaskDetail:
+    """The task detail from the projections, or ``not-found``."""
     found = await queries.get_task(state.pool, task_id)
     if found is None:
         raise NotFound(f"task {task_id} not found", taskId=task_id)
-    return views.task_detail(*found)
+    row, contract = found
+    return views.task_detail(row, contract, state.settings.timeout_budgets, work_ready)
 
 
 async def _mutate(state: State, name: str, command: TaskCommand,
@@ -43,8 +46,13 @@ async def _mutate(state: State, name: str, command: TaskCommand,
     if dry_run:
         outcome = await writer.plan(command)
         return views.plan(name, command.task_id, outcome.before, outcome.state, outcome.events)
-    await writer.execute(command, ACTOR)
-    return await _detail(state, command.task_id)
+    outcome = await writer.execute(command, ACTOR)
+    latest = outcome.before.latest if isinstance(command, CancelTask) else None
+    if latest is not None and latest.state == RUNNING and outcome.events:
+        attempt = await queries.get_attempt(state.pool, latest.attempt_id)
+        if attempt is not None:
+            await state.dispatcher.cancel_job(attempt["run_id"], attempt["runner_job_id"])
+    return await task_detail(state, command.task_id)
 
 
 class QueueController(Controller):
@@ -66,7 +74,7 @@ class QueueController(Controller):
                               lane=command.lane)
             return Response(plan, status_code=HTTP_200_OK)
         await state.writer.execute(command, ACTOR)
-        return Response(await _detail(state, command.task_id), status_code=HTTP_201_CREATED)
+        return Response(await task_detail(state, command.task_id), status_code=HTTP_201_CREATED)
 
     @get("/tasks")
     async def list_tasks(
@@ -79,12 +87,12 @@ class QueueController(Controller):
         """List tasks newest first; with ``updatedAfter`` only those changed after it."""
         page = await queries.list_tasks(state.pool, queue=queue, state=task_state,
                                         cursor=cursor, limit=limit, updated_after=updated_after)
-        return views.task_list(page)
+        return views.task_list(page, state.settings.timeout_budgets)
 
     @get("/tasks/{task_id:str}")
     async def show(self, state: State, task_id: TaskId) -> wire.TaskDetail:
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
-        return await _detail(state, task_id)
+        return await task_detail(state, task_id)
 
     @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK)
     async def cancel(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
@@ -115,4 +123,4 @@ class QueueController(Controller):
         """The tasks needing attention first, with counts by state and unread flags."""
         result = await queries.commander(state.pool, queue=queue, reader_id=reader_id,
                                          limit=limit)
-        return views.commander(queue, reader_id, result)
+        return views.commander(queue, reader_id, result, state.settings.timeout_budgets)

@@ -7,21 +7,68 @@ from typing import Any
 import msgspec
 
 from api import wire
+from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from projections.commander import PHASE
 from projections.queries import CommanderResult, StatsResult, TaskPage
-from projections.task_summary import TaskSummaryRow
+from projections.task_summary import SESSION_PATH, TaskSummaryRow
 
-_ITEM_FIELDS = tuple(wire.TaskItem.__struct_fields__)
+_ITEM_FIELDS = tuple(f for f in wire.TaskItem.__struct_fields__ if f != "supervisor")
+_RETRY = 'svc queue retry {task} --idempotency-key <new-key> --reason "<why>"'
+RECOVERY = {
+    PENDING: "svc queue dispatch {task}", RUNNING: "svc queue refresh {task}",
+    FAILED: _RETRY, BLOCKED: _RETRY, COMPLETED: "none", CANCELLED: "none",
+}
+Budgets = dict[str, str]
 
 
-def task_detail(row: TaskSummaryRow, contract: dict[str, Any]) -> wire.TaskDetail:
+def supervisor(task_id: str, queue: str, state: str, change_seq: int,
+               attempt: dict[str, Any] | None, budgets: Budgets) -> wire.Supervisor:
+    """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
+    recovery = RECOVERY[state].format(task=task_id)
+    session_id = attempt.get("sessionId") if attempt else None
+    if state == COMPLETED and session_id:
+        recovery = f"svc sessions show {session_id}"
+    return wire.Supervisor(
+        phase=PHASE[state], last_activity_seq=change_seq,
+        last_activity_id=attempt["attemptId"] if attempt else task_id,
+        timeout_budget=budgets.get(queue), recovery=recovery)
+
+
+def task_detail(row: TaskSummaryRow, contract: dict[str, Any], budgets: Budgets,
+                work_ready: dict[str, Any] | None = None) -> wire.TaskDetail:
     """The task detail of a summary row and its contract."""
-    return wire.TaskDetail(**msgspec.structs.asdict(row), contract=contract)
+    sup = supervisor(row.task_id, row.queue, row.state, row.change_seq, row.latest_attempt,
+                     budgets)
+    return wire.TaskDetail(**msgspec.structs.asdict(row), contract=contract, supervisor=sup,
+                           work_ready=work_ready)
 
 
-def task_list(page: TaskPage) -> wire.TaskList:
+def task_list(page: TaskPage, budgets: Budgets) -> wire.TaskList:
     """A list page."""
-    items = [wire.TaskItem(**{k: row[k] for k in _ITEM_FIELDS}) for row in page.rows]
+    items = [
+        wire.TaskItem(**{k: row[k] for k in _ITEM_FIELDS},
+                      supervisor=supervisor(row["task_id"], row["queue"], row["state"],
+                                            row["change_seq"], row["latest_attempt"], budgets))
+        for row in page.rows
+    ]
     return wire.TaskList(items=items, next_cursor=page.next_cursor, change_seq=page.high_water)
+
+
+def attempt(row: dict[str, Any], budgets: Budgets, queue: str) -> wire.Attempt:
+    """One attempt of the history."""
+    started, finished = row["started_at"], row["finished_at"]
+    duration = (int((finished - started).total_seconds() * 1000)
+                if started is not None and finished is not None else None)
+    sup = supervisor(row["task_id"], queue, row["state"] if row["state"] != "reserved"
+                     else PENDING, row["change_seq"], {"attemptId": row["attempt_id"],
+                                                       "sessionId": row["session_id"]}, budgets)
+    if row["state"] == "reserved":
+        sup = msgspec.structs.replace(
+            sup, phase="reserved",
+            recovery=("retry with the same --idempotency-key to resume"
+                      if row["idempotency_key"] else f"svc queue dispatch {row['task_id']}"))
+    return wire.Attempt(**row, session_path=SESSION_PATH.format(row["session_id"]),
+                        duration_ms=duration, supervisor=sup)
 
 
 def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
@@ -35,21 +82,21 @@ def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
     )
 
 
-def commander(queue: str | None, reader_id: str | None,
-              result: CommanderResult) -> wire.CommanderView:
+def commander(queue: str | None, reader_id: str | None, result: CommanderResult,
+              budgets: Budgets) -> wire.CommanderView:
     """The commander answer."""
-    items = [_commander_item(item) for item in result.items]
+    items = [_commander_item(item, budgets) for item in result.items]
     return wire.CommanderView(queue=queue, reader_id=reader_id, by_state=result.stats.by_state,
                               items=items, change_seq=result.stats.high_water)
 
 
-def _commander_item(item: dict[str, Any]) -> wire.CommanderItem:
-    supervisor = wire.Supervisor(phase=item["phase"], last_activity_seq=item["change_seq"],
-                                 timeout_budget=None, recovery=item["recovery"])
+def _commander_item(item: dict[str, Any], budgets: Budgets) -> wire.CommanderItem:
+    sup = supervisor(item["task_id"], item["queue"], item["state"], item["change_seq"],
+                     item["latest_attempt"], budgets)
     return wire.CommanderItem(
         task_id=item["task_id"], queue=item["queue"], lane=item["lane"], title=item["title"],
         state=item["state"], version=item["version"], unread=item["unread"],
-        session_path=item["session_path"], supervisor=supervisor,
+        session_path=item["session_path"], supervisor=sup,
     )
 
 

@@ -65,6 +65,30 @@ class ReadBody(Camel, frozen=True):
     reader_id: Identifier
 
 
+class DispatchBody(Camel, frozen=True):
+    """Body of ``POST …/dispatch`` (may be empty)."""
+
+    attempt_id: Identifier | None = None
+
+
+class RetryBody(Camel, frozen=True):
+    """Body of ``POST …/retry``: exactly these three fields (SPEC 2.4)."""
+
+    idempotency_key: Identifier
+    reason: Reason
+    dry_run: bool = False
+
+
+class Supervisor(msgspec.Struct, rename="camel"):
+    """The compact supervisor of SPEC 4.3 rule 8: phase, last activity, budget, recovery."""
+
+    phase: str
+    last_activity_seq: int
+    last_activity_id: str
+    timeout_budget: str | None
+    recovery: str
+
+
 class TaskItem(msgspec.Struct, rename="camel", kw_only=True):
     """A task as it appears in lists."""
 
@@ -84,6 +108,7 @@ class TaskItem(msgspec.Struct, rename="camel", kw_only=True):
     session_path: str | None
     created_at: datetime
     updated_at: datetime
+    supervisor: Supervisor
 
 
 class TaskDetail(TaskItem, kw_only=True):
@@ -92,6 +117,55 @@ class TaskDetail(TaskItem, kw_only=True):
     payload_hash: str
     creator: str
     contract: JsonObject
+    work_ready: JsonObject | None = None
+
+
+class Attempt(msgspec.Struct, rename="camel", kw_only=True):
+    """One attempt of the formal attempt history (SPEC 2.2)."""
+
+    attempt_id: str
+    task_id: str
+    retry_index: int
+    state: str
+    idempotency_key: str | None
+    reason: str | None
+    previous_attempt_id: str | None
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    session_path: str
+    backend_profile: str
+    failure_kind: str | None
+    failure_message: str | None
+    exit_code: int | None
+    change_seq: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    duration_ms: int | None
+    supervisor: Supervisor
+
+
+class AttemptList(msgspec.Struct, rename="camel"):
+    """A page of the attempt history, oldest first."""
+
+    items: list[Attempt]
+    next_cursor: str | None
+    change_seq: int
+
+
+class Session(msgspec.Struct, rename="camel"):
+    """The identity of a session (the full session API comes later)."""
+
+    session_id: str
+    conversation_id: str
+    thread_id: str | None
+    state: str
+    backend_profile: str
+    latest_run_id: str
+    change_seq: int
 
 
 class TaskList(msgspec.Struct, rename="camel"):
@@ -123,15 +197,6 @@ class QueueStats(msgspec.Struct, rename="camel"):
     rows: list[StatsRow]
     truncated: bool
     change_seq: int
-
-
-class Supervisor(msgspec.Struct, rename="camel"):
-    """The compact supervisor of SPEC 4.3 rule 8: phase, last activity, budget, recovery."""
-
-    phase: str
-    last_activity_seq: int
-    timeout_budget: str | None
-    recovery: str
 
 
 class CommanderItem(msgspec.Struct, rename="camel"):

@@ -160,3 +160,72 @@ def cancel(task_id: str, *,
     return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
                                  params={"dryRun": dry_run or None}, body=body),
                     output or render.OutputOptions(), render.task_summary)
+
+
+@queue_app.command
+def dispatch(
+    task_id: str, *,
+    json_stdin: Annotated[bool, Parameter(
+        help='Read the dispatch body from standard input, e.g. {"attemptId": "att_1"}.')] = False,
+    json_file: Annotated[Path | None, Parameter(help="Read the dispatch body from a file.")] = None,
+    dry_run: DryRun = False, api: ApiOptions | None = None,
+    output: render.OutputOptions | None = None,
+) -> int:
+    """Dispatch a pending task: reserve its attempt, create its run and runner job.
+
+    Repeating a dispatch with the same attemptId returns the same attempt and creates
+    nothing new. Failed and blocked tasks are retried with `svc queue retry`, not dispatched.
+    """
+    body = b"{}"
+    if json_stdin or json_file is not None:
+        read = _read_json_input(json_stdin, json_file)
+        if read is None:
+            return EXIT_USAGE
+        body = read
+    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "dispatch"),
+                                 params={"dryRun": dry_run or None}, body=body),
+                    output or render.OutputOptions(), render.task_summary)
+
+
+@queue_app.command
+def refresh(task_id: str, *, dry_run: DryRun = False, api: ApiOptions | None = None,
+            output: render.OutputOptions | None = None) -> int:
+    """Write the run's terminal state back to the task (no-op while it still runs)."""
+    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "refresh"),
+                                 params={"dryRun": dry_run or None}, body=b"{}"),
+                    output or render.OutputOptions(), render.task_summary)
+
+
+@queue_app.command
+def attempts(
+    task_id: str, *,
+    cursor: Annotated[int | None, Parameter(help="First retry index to show.")] = None,
+    limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")] = None,
+    api: ApiOptions | None = None, output: render.OutputOptions | None = None,
+) -> int:
+    """The attempt history of a task, oldest first."""
+    return _respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
+                                 params={"cursor": cursor, "limit": limit}),
+                    output or render.OutputOptions(), render.attempt_list)
+
+
+@queue_app.command
+def retry(
+    task_id: str, *,
+    idempotency_key: Annotated[str, Parameter(
+        help="Names this retry: repeating it returns the same attempt.")],
+    reason: Annotated[str, Parameter(help="Why the task is retried (kept on the attempt).")],
+    dry_run: DryRun = False, api: ApiOptions | None = None,
+    output: render.OutputOptions | None = None,
+) -> int:
+    """Retry a failed or blocked task with a new attempt.
+
+    The same --idempotency-key with the same --reason returns the original attempt (and
+    resumes it if its runner job was never created); with another reason it is a conflict.
+    """
+    import msgspec
+
+    body = msgspec.json.encode({"idempotencyKey": idempotency_key, "reason": reason})
+    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "retry"),
+                                 params={"dryRun": dry_run or None}, body=body),
+                    output or render.OutputOptions(), render.attempt_summary)

@@ -81,6 +81,15 @@ def task_line(task: dict[str, Any]) -> str:
             f"{task['queue']}/{task['lane']}  {profile}  {task['title'][:60]}")
 
 
+def supervisor_line(sup: dict[str, Any] | None) -> str:
+    """The compact supervisor: phase, last activity, budget, recovery."""
+    if not sup:
+        return "  supervisor: -"
+    return (f"  supervisor: phase={sup['phase']} last={sup['lastActivityId']}"
+            f"@{sup['lastActivitySeq']} budget={sup.get('timeoutBudget') or '-'}"
+            f"  next: {sup['recovery']}")
+
+
 def task_summary(task: dict[str, Any]) -> None:
     """The low-noise summary of one task (SPEC 4.3 rule 8)."""
     out(task_line(task))
@@ -88,25 +97,49 @@ def task_summary(task: dict[str, Any]) -> None:
     out(f"  changeSeq: {task['changeSeq']}  updatedAt: {task.get('updatedAt', '-')}")
     attempt = task.get("latestAttempt")
     if attempt:
-        out(f"  attempt: {attempt.get('attemptId')} {attempt.get('state')}"
-            f" failure={attempt.get('failureKind') or '-'}")
+        out(f"  attempt: {attempt.get('attemptId')} #{attempt.get('retryIndex')}"
+            f" {attempt.get('state')} failure={attempt.get('failureKind') or '-'}"
+            f" run={attempt.get('runId')} session={attempt.get('sessionId')}")
     session = task.get("sessionPath")
     out(f"  sessionPath: {session or '- (not dispatched)'}")
-    next_commands(task)
+    out(supervisor_line(task.get("supervisor")))
+    ready = task.get("workReady")
+    if ready:
+        tools = ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in ready["tools"])
+        out(f"  workReady: svc {ready['version']}; {tools}; valuesPrinted=false")
 
 
-def next_commands(task: dict[str, Any]) -> None:
-    """The next commands worth running for a task."""
-    attempt = task.get("latestAttempt") or {}
-    session_id = attempt.get("sessionId")
-    if session_id:
-        out(f"  next: svc sessions show {session_id}   svc sessions output {session_id}")
+def attempt_summary(attempt: dict[str, Any]) -> None:
+    """The low-noise summary of one attempt."""
+    out(f"{attempt['attemptId']}  #{attempt['retryIndex']}  {attempt['state']:<9}"
+        f" task={attempt['taskId']} key={attempt.get('idempotencyKey') or '-'}")
+    out(f"  run={attempt['runId']} command={attempt['commandId']}"
+        f" job={attempt['runnerJobId']}")
+    if attempt.get("failureKind") or attempt.get("failureMessage"):
+        out(f"  failure: {attempt.get('failureKind') or '-'}:"
+            f" {attempt.get('failureMessage') or ''}")
+    out(f"  sessionPath: {attempt['sessionPath']}")
+    out(supervisor_line(attempt.get("supervisor")))
+
+
+def attempt_list(data: dict[str, Any]) -> None:
+    """The attempt history, oldest first."""
+    for attempt in data["items"]:
+        duration = attempt.get("durationMs")
+        out(f"#{attempt['retryIndex']}  {attempt['attemptId']}  {attempt['state']:<9}"
+            f" failure={attempt.get('failureKind') or '-'}"
+            f" exit={attempt['exitCode'] if attempt.get('exitCode') is not None else '-'}"
+            f" duration={f'{duration} ms' if duration is not None else '-'}"
+            f" key={attempt.get('idempotencyKey') or '-'}")
+    out(f"({len(data['items'])} attempts; changeSeq {data['changeSeq']}"
+        + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
 
 
 def task_list(data: dict[str, Any]) -> None:
     """A list page: one line per task, then the cursor and the high-water mark."""
     for task in data["items"]:
         out(task_line(task))
+        out(supervisor_line(task.get("supervisor")))
     out(f"({len(data['items'])} tasks; changeSeq {data['changeSeq']}"
         + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
 
@@ -134,10 +167,9 @@ def commander(data: dict[str, Any]) -> None:
         unread = {True: "unread", False: "read", None: ""}[item.get("unread")]
         out(f"{item['taskId']}  {item['state']:<9} {unread:<6} {item['queue']}/{item['lane']}"
             f"  {item['title'][:50]}")
-        out(f"  supervisor: phase={sup['phase']} lastActivitySeq={sup['lastActivitySeq']}"
-            f" budget={sup.get('timeoutBudget') or '-'} recovery={sup['recovery']}")
+        out(supervisor_line(sup))
         if item.get("sessionPath"):
-            out(f"  next: svc sessions show {item['sessionPath'].rsplit('/', 1)[-1]}")
+            out(f"  sessionPath: {item['sessionPath']}")
 
 
 def plan(data: dict[str, Any]) -> None:

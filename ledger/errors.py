@@ -44,3 +44,15 @@ class LedgerUnavailable(DomainError):
     """The ledger could not be written; nothing was changed."""
 
     code = "infra-failed"
+
+
+class TaskNotRetryable(DomainError):
+    """Only failed or blocked tasks can be retried with a new key."""
+
+    code = "task-not-retryable"
+
+
+class IdempotencyConflict(DomainError):
+    """This idempotency key was already used on the task with a different reason."""
+
+    code = "idempotency-conflict"

@@ -42,19 +42,104 @@ class TaskCancelled(msgspec.Struct, frozen=True, tag="task-cancelled", tag_field
     reason: str | None = None
 
 
-TaskEvent = TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled
+class AttemptReserved(msgspec.Struct, frozen=True, tag="task-attempt-reserved", tag_field="type"):
+    """Dispatch or retry fixed an attempt's identities; no runner job exists yet."""
 
-TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (TaskSubmitted, TaskCancelled)
+    attempt_id: str
+    retry_index: int
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    backend_profile: str
+    idempotency_key: str | None = None
+    reason: str | None = None
+    previous_attempt_id: str | None = None
+
+
+class AttemptMaterialized(
+    msgspec.Struct, frozen=True, tag="task-attempt-materialized", tag_field="type"
+):
+    """The attempt's runner job exists: the attempt and the task are running."""
+
+    attempt_id: str
+
+
+class AttemptMaterializationFailed(
+    msgspec.Struct, frozen=True, tag="task-attempt-materialization-failed", tag_field="type"
+):
+    """Creating the runner job failed; the reason stays on the reserved attempt."""
+
+    attempt_id: str
+    failure_kind: str
+    failure_message: str
+    attempt_state: str = "reserved"
+    """``blocked`` when a blocker stopped a dispatch; else the attempt stays reserved."""
+
+
+class AttemptFinished(msgspec.Struct, frozen=True, tag="task-attempt-finished", tag_field="type"):
+    """Refresh wrote the core run's terminal state back to the attempt and the task."""
+
+    attempt_id: str
+    outcome: str
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    exit_code: int | None = None
+
+
+TaskEvent = (TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled | AttemptReserved
+             | AttemptMaterialized | AttemptMaterializationFailed | AttemptFinished)
+
+
+class RunCreated(msgspec.Struct, frozen=True, tag="run-created", tag_field="type"):
+    """A core run, its command and its runner job identity, for one attempt."""
+
+    run_id: str
+    task_id: str
+    attempt_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    conversation_id: str
+    backend_profile: str
+    resource_bundle_ref: dict[str, Any] | None = None
+    prompt_sha256: str = ""
+    prompt_bytes: int = 0
+
+
+class RunnerJobCreated(msgspec.Struct, frozen=True, tag="runner-job-created", tag_field="type"):
+    """The driver created (or adopted) the runner job."""
+
+    runner_job_id: str
+    driver: str
+    handle: str
+
+
+class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="type"):
+    """The core run reached a terminal status."""
+
+    status: str
+    exit_code: int | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+
+
+RunEvent = RunCreated | RunnerJobCreated | RunFinished
+
+TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
+    TaskSubmitted, TaskCancelled, AttemptReserved, AttemptMaterialized,
+    AttemptMaterializationFailed, AttemptFinished,
+)
 """Events that change the task itself (bump ``version``); a read changes only a cursor."""
 
 EVENT_TYPES: dict[type[Any], str] = {
-    TaskSubmitted: "task-submitted",
-    TaskReadCursorAdvanced: "task-read-cursor-advanced",
-    TaskCancelled: "task-cancelled",
+    kind: kind.__struct_config__.tag
+    for kind in (*TaskEvent.__args__, *RunEvent.__args__)
 }
 
 event_encoder = msgspec.json.Encoder()
 task_event_decoder = msgspec.json.Decoder(TaskEvent)
+run_event_decoder = msgspec.json.Decoder(RunEvent)
 
 
 def event_type_of(event: msgspec.Struct) -> str:

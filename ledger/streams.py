@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ledger import task
-from ledger.events import task_event_decoder
+from ledger import run, task
+from ledger.events import run_event_decoder, task_event_decoder
 
 
 class Command(Protocol):
@@ -49,12 +49,18 @@ TASK_STREAM = StreamKind(
     evolve=task.evolve,
 )
 
+RUN_STREAM = StreamKind(
+    stream_type=run.STREAM_TYPE,
+    decode=run_event_decoder.decode,
+    decide=run.decide,
+    evolve=run.evolve,
+)
+
 COMMAND_STREAMS: dict[type[Any], StreamKind] = {
-    task.SubmitTask: TASK_STREAM,
-    task.CancelTask: TASK_STREAM,
-    task.MarkTaskRead: TASK_STREAM,
+    **{kind: TASK_STREAM for kind in task.TaskCommand.__args__},
+    **{kind: RUN_STREAM for kind in run.RunCommand.__args__},
 }
-STREAM_KINDS: dict[str, StreamKind] = {TASK_STREAM.stream_type: TASK_STREAM}
+STREAM_KINDS: dict[str, StreamKind] = {k.stream_type: k for k in (TASK_STREAM, RUN_STREAM)}
 
 
 def stream_kind_for(command: Command) -> StreamKind:

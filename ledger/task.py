@@ -6,9 +6,13 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ledger.errors import InvalidTransition, NotFound
+from ledger.errors import IdempotencyConflict, InvalidTransition, NotFound, TaskNotRetryable
 from ledger.events import (
     TASK_CHANGING_EVENTS,
+    AttemptFinished,
+    AttemptMaterializationFailed,
+    AttemptMaterialized,
+    AttemptReserved,
     TaskCancelled,
     TaskEvent,
     TaskReadCursorAdvanced,
@@ -20,8 +24,17 @@ STREAM_TYPE = "task"
 PENDING, RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
     "pending", "running", "completed", "failed", "blocked", "cancelled",
 )
+RESERVED = "reserved"
 TASK_STATES = (PENDING, RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED)
+ATTEMPT_STATES = (RESERVED, RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED)
 CANCELLABLE = frozenset({PENDING, RUNNING, FAILED, BLOCKED})
+RETRYABLE = frozenset({FAILED, BLOCKED})
+OUTCOMES = frozenset({COMPLETED, FAILED, BLOCKED})
+BLOCKER_KINDS = frozenset({
+    "secret-unavailable", "tenant-policy-denied", "prompt-unavailable", "prompt-too-large",
+    "required-skill-unavailable", "session-store-evicted", "build-required", "schema-invalid",
+})
+"""Failure kinds that block a task (fix the input, then retry) rather than fail it."""
 
 
 class SubmitTask(msgspec.Struct, frozen=True):
@@ -47,29 +60,89 @@ class SubmitTask(msgspec.Struct, frozen=True):
         return self.task_id
 
 
-class CancelTask(msgspec.Struct, frozen=True):
+class _OnTask(msgspec.Struct, frozen=True):
+    task_id: str
+
+    @property
+    def stream_id(self) -> str:
+        return self.task_id
+
+
+class CancelTask(_OnTask, frozen=True):
     """Cancel a task by hand."""
 
-    task_id: str
     reason: str | None = None
 
-    @property
-    def stream_id(self) -> str:
-        return self.task_id
 
-
-class MarkTaskRead(msgspec.Struct, frozen=True):
+class MarkTaskRead(_OnTask, frozen=True):
     """Advance a reader's cursor to the task's current version."""
 
-    task_id: str
     reader_id: str
 
-    @property
-    def stream_id(self) -> str:
-        return self.task_id
+
+class AttemptIds(msgspec.Struct, frozen=True):
+    """Identities fixed when an attempt is reserved (generated before ``decide``)."""
+
+    attempt_id: str
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    backend_profile: str
 
 
-TaskCommand = SubmitTask | CancelTask | MarkTaskRead
+class DispatchTask(_OnTask, frozen=True):
+    """Reserve the first attempt of a pending task (``named`` when the caller chose its id)."""
+
+    ids: AttemptIds
+    named: bool = False
+
+
+class RetryTask(_OnTask, frozen=True):
+    """Reserve a new attempt of a failed or blocked task under an idempotency key."""
+
+    idempotency_key: str
+    reason: str
+    ids: AttemptIds
+
+
+class MaterializeAttempt(_OnTask, frozen=True):
+    """Record that the attempt's runner job exists."""
+
+    attempt_id: str
+
+
+class FailMaterialization(_OnTask, frozen=True):
+    """Record why the attempt's runner job could not be created."""
+
+    attempt_id: str
+    failure_kind: str
+    failure_message: str
+
+
+class FinishAttempt(_OnTask, frozen=True):
+    """Write the core run's terminal state back to the attempt and the task."""
+
+    attempt_id: str
+    outcome: str
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    exit_code: int | None = None
+
+
+TaskCommand = (SubmitTask | CancelTask | MarkTaskRead | DispatchTask | RetryTask
+               | MaterializeAttempt | FailMaterialization | FinishAttempt)
+
+
+class AttemptState(msgspec.Struct, frozen=True):
+    """One attempt as ``decide`` sees it."""
+
+    attempt_id: str
+    retry_index: int
+    state: str
+    idempotency_key: str | None
+    reason: str | None
+    failure_kind: str | None = None
 
 
 class TaskState(msgspec.Struct, frozen=True):
@@ -79,6 +152,23 @@ class TaskState(msgspec.Struct, frozen=True):
     state: str
     version: int
     cursors: dict[str, int] = {}
+    attempts: tuple[AttemptState, ...] = ()
+
+    def attempt(self, attempt_id: str) -> AttemptState | None:
+        """The attempt with this id, if any."""
+        return next((a for a in self.attempts if a.attempt_id == attempt_id), None)
+
+    @property
+    def latest(self) -> AttemptState | None:
+        """The newest attempt."""
+        return self.attempts[-1] if self.attempts else None
+
+    def in_flight(self) -> AttemptState | None:
+        """A reserved attempt whose runner job is still being created (no failure yet)."""
+        latest = self.latest
+        if latest and latest.state == RESERVED and latest.failure_kind is None:
+            return latest
+        return None
 
 
 def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
@@ -86,7 +176,7 @@ def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
     if isinstance(command, SubmitTask):
         if state is not None:
             raise InvalidTransition("task already exists", taskId=command.task_id)
-        return [TaskSubmitted(**msgspec.structs.asdict(command))]
+        return [TaskSubmitted(**{f: getattr(command, f) for f in TaskSubmitted.__struct_fields__})]
     if state is None:
         raise NotFound(f"task {command.task_id} not found", taskId=command.task_id)
     if isinstance(command, CancelTask):
@@ -95,9 +185,110 @@ def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
                 f"cannot cancel a {state.state} task", taskId=state.task_id, state=state.state
             )
         return [TaskCancelled(reason=command.reason)]
-    if state.cursors.get(command.reader_id, 0) >= state.version:
+    if isinstance(command, MarkTaskRead):
+        if state.cursors.get(command.reader_id, 0) >= state.version:
+            return []
+        return [TaskReadCursorAdvanced(reader_id=command.reader_id, version=state.version)]
+    if isinstance(command, DispatchTask):
+        return _dispatch(state, command)
+    if isinstance(command, RetryTask):
+        return _retry(state, command)
+    return _progress(state, command)
+
+
+def _reserve(state: TaskState, ids: AttemptIds, key: str | None,
+             reason: str | None) -> AttemptReserved:
+    latest = state.latest
+    return AttemptReserved(
+        attempt_id=ids.attempt_id, retry_index=len(state.attempts), run_id=ids.run_id,
+        command_id=ids.command_id, runner_job_id=ids.runner_job_id, session_id=ids.session_id,
+        backend_profile=ids.backend_profile, idempotency_key=key, reason=reason,
+        previous_attempt_id=latest.attempt_id if latest else None,
+    )
+
+
+def _dispatch(state: TaskState, command: DispatchTask) -> list[TaskEvent]:
+    if command.named and state.attempt(command.ids.attempt_id) is not None:
+        return []  # the same attemptId again: the original attempt, nothing new
+    reserved = state.latest if state.state == PENDING else None
+    if reserved is not None and reserved.state == RESERVED:
+        if command.named:
+            raise InvalidTransition(f"attempt {reserved.attempt_id} is already reserved",
+                                    taskId=state.task_id, attemptId=reserved.attempt_id)
+        return []  # resume the reserved attempt
+    if state.state != PENDING:
+        hint = "; retry it instead" if state.state in RETRYABLE else ""
+        raise InvalidTransition(f"cannot dispatch a {state.state} task{hint}",
+                                taskId=state.task_id, state=state.state)
+    return [_reserve(state, command.ids, None, None)]
+
+
+def used_key(state: TaskState, key: str) -> AttemptState | None:
+    """The attempt reserved under an idempotency key, if the key was used."""
+    return next((a for a in state.attempts if a.idempotency_key == key), None)
+
+
+def _retry(state: TaskState, command: RetryTask) -> list[TaskEvent]:
+    original = used_key(state, command.idempotency_key)
+    if original is not None:  # before any state check (SPEC 4.3 rule 6.3)
+        if original.reason != command.reason:
+            raise IdempotencyConflict(
+                "idempotency key already used with a different reason",
+                taskId=state.task_id, attemptId=original.attempt_id)
         return []
-    return [TaskReadCursorAdvanced(reader_id=command.reader_id, version=state.version)]
+    if state.state not in RETRYABLE:
+        raise TaskNotRetryable(f"cannot retry a {state.state} task",
+                               taskId=state.task_id, state=state.state)
+    in_flight = state.in_flight()
+    if in_flight is not None:
+        raise InvalidTransition(f"attempt {in_flight.attempt_id} is still being materialized",
+                                taskId=state.task_id, attemptId=in_flight.attempt_id)
+    return [_reserve(state, command.ids, command.idempotency_key, command.reason)]
+
+
+def _progress(
+    state: TaskState, command: MaterializeAttempt | FailMaterialization | FinishAttempt
+) -> list[TaskEvent]:
+    attempt = state.attempt(command.attempt_id)
+    if attempt is None:
+        raise NotFound(f"attempt {command.attempt_id} not found", taskId=state.task_id,
+                       attemptId=command.attempt_id)
+    if isinstance(command, MaterializeAttempt):
+        return [AttemptMaterialized(attempt.attempt_id)] if attempt.state == RESERVED else []
+    if isinstance(command, FailMaterialization):
+        if attempt.state != RESERVED:
+            return []
+        attempt_state, _ = after_materialization_failure(state.state, command.failure_kind)
+        return [AttemptMaterializationFailed(attempt.attempt_id, command.failure_kind,
+                                             command.failure_message, attempt_state)]
+    if attempt.state != RUNNING:
+        return []
+    if command.outcome not in OUTCOMES:
+        raise InvalidTransition(f"unknown outcome {command.outcome}")
+    return [AttemptFinished(attempt.attempt_id, command.outcome, command.failure_kind,
+                            command.failure_message, command.exit_code)]
+
+
+def failure_state(kind: str) -> str:
+    """The task state a failure kind leads to."""
+    return BLOCKED if kind in BLOCKER_KINDS else FAILED
+
+
+def after_materialization_failure(task_state: str, kind: str) -> tuple[str, str]:
+    """(attempt state, task state) after a runner job could not be created.
+
+    On dispatch (the task is pending) a blocker blocks the attempt and the task; any other
+    failure leaves the attempt reserved so that dispatching again resumes it. On retry the
+    attempt stays reserved and the task keeps its state (SPEC 4.3 rules 6.8, 6.9).
+    """
+    if task_state == PENDING and kind in BLOCKER_KINDS:
+        return BLOCKED, BLOCKED
+    return RESERVED, task_state
+
+
+def _with_attempt(task: TaskState, attempt_id: str, **changes: Any) -> tuple[AttemptState, ...]:
+    return tuple(msgspec.structs.replace(a, **changes) if a.attempt_id == attempt_id else a
+                 for a in task.attempts)
 
 
 def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
@@ -105,8 +296,31 @@ def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     if isinstance(event, TaskSubmitted):
         return TaskState(task_id=event.task_id, state=PENDING, version=1)
     assert state is not None, "event before task-submitted"
-    version = state.version + 1 if isinstance(event, TASK_CHANGING_EVENTS) else state.version
+    if isinstance(event, TaskReadCursorAdvanced):
+        return msgspec.structs.replace(state, cursors={**state.cursors,
+                                                       event.reader_id: event.version})
+    assert isinstance(event, TASK_CHANGING_EVENTS)
+    state = msgspec.structs.replace(state, version=state.version + 1)
     if isinstance(event, TaskCancelled):
-        return msgspec.structs.replace(state, state=CANCELLED, version=version)
-    cursors = {**state.cursors, event.reader_id: event.version}
-    return msgspec.structs.replace(state, cursors=cursors)
+        latest = state.latest
+        attempts = state.attempts
+        if latest is not None and latest.state in (RESERVED, RUNNING):
+            attempts = _with_attempt(state, latest.attempt_id, state=CANCELLED)
+        return msgspec.structs.replace(state, state=CANCELLED, attempts=attempts)
+    if isinstance(event, AttemptReserved):
+        attempt = AttemptState(event.attempt_id, event.retry_index, RESERVED,
+                               event.idempotency_key, event.reason)
+        return msgspec.structs.replace(state, attempts=(*state.attempts, attempt))
+    if isinstance(event, AttemptMaterialized):
+        attempts = _with_attempt(state, event.attempt_id, state=RUNNING, failure_kind=None)
+        return msgspec.structs.replace(state, state=RUNNING, attempts=attempts)
+    if isinstance(event, AttemptMaterializationFailed):
+        attempt_state, task_state = after_materialization_failure(state.state,
+                                                                  event.failure_kind)
+        attempts = _with_attempt(state, event.attempt_id, state=attempt_state,
+                                 failure_kind=event.failure_kind)
+        return msgspec.structs.replace(state, state=task_state, attempts=attempts)
+    assert isinstance(event, AttemptFinished)
+    attempts = _with_attempt(state, event.attempt_id, state=event.outcome,
+                             failure_kind=event.failure_kind)
+    return msgspec.structs.replace(state, state=event.outcome, attempts=attempts)

@@ -164,6 +164,7 @@ class LedgerWriter:
                 command = item.command
                 kind = stream_kind_for(command)
                 state, version = states[command.stream_id]
+                before = state
                 try:
                     events = kind.decide(state, command)
                 except DomainError as refusal:
@@ -177,7 +178,7 @@ class LedgerWriter:
                     pending.append(store.PendingEvent(kind.stream_type, command.stream_id,
                                                       version, event, item.actor, now))
                 states[command.stream_id] = (state, version)
-                outcomes.append(Outcome(command.stream_id, events, state))
+                outcomes.append(Outcome(command.stream_id, events, state, before=before))
             try:
                 _, recorded = await store.append(conn, head, pending)
                 if recorded:

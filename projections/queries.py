@@ -166,7 +166,43 @@ async def commander(
     items = []
     for record in records:
         item = dict(record)
+        attempt = item["latest_attempt"]
+        item["latest_attempt"] = _object_decoder.decode(attempt) if attempt else None
         read_version = item.pop("read_version")
         item["unread"] = None if reader_id is None else (read_version or 0) < item["version"]
         items.append(item)
     return CommanderResult(items, counts)
+
+
+@dataclass(frozen=True)
+class AttemptPage:
+    """Attempts of one page (oldest first), the next retry-index cursor, the high-water mark."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    high_water: int
+
+
+async def list_attempts(pool: Queryable, task_id: str, *, cursor: int,
+                        limit: int) -> AttemptPage:
+    """The attempt history of a task from retry index ``cursor`` on."""
+    records = await pool.fetch(SQL["list_attempts"], task_id, cursor, limit + 1)
+    rows = [{k: v for k, v in r.items() if k != "high_water"}
+            for r in records if r["attempt_id"] is not None]
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = str(rows[-1]["retry_index"] + 1)
+    return AttemptPage(rows, next_cursor, records[0]["high_water"])
+
+
+async def get_attempt(pool: Queryable, attempt_id: str) -> dict[str, Any] | None:
+    """One attempt row."""
+    record = await pool.fetchrow(SQL["get_attempt"], attempt_id)
+    return dict(record) if record is not None else None
+
+
+async def get_session(pool: Queryable, session_id: str) -> dict[str, Any] | None:
+    """A session's identity from its latest run."""
+    record = await pool.fetchrow(SQL["get_session"], session_id)
+    return dict(record) if record is not None else None

@@ -21,14 +21,15 @@ from ledger.database import DbConnection
 from ledger.hashing import GENESIS_HASH, entry_hash
 from ledger.sqlfile import load_queries
 from ledger.streams import RecordedEntry
-from projections import commander
-from projections.fold import Changes, fold
+from projections import attempt_summary, commander, core_records
+from projections.fold import Changes, Current, fold
 from projections.queue_stats import StatsKey
-from projections.store import json_text, task_tuple
+from projections.store import json_text, run_tuple, task_tuple
 from projections.task_summary import COLUMNS
 
 SQL = load_queries("projections", "replay.sql")
-TABLES = ("task_summary", "task_contract", "read_cursor", "queue_stats", "commander_view")
+TABLES = ("task_summary", "task_contract", "read_cursor", "queue_stats", "commander_view",
+          "attempt_summary", "run_record", "command_record", "runner_job_record")
 _COMMANDER_COLUMNS = tuple(commander.CommanderRow.__struct_fields__)
 SAMPLE = 5
 
@@ -67,6 +68,18 @@ async def _copy_rows(conn: DbConnection, changes: Changes) -> None:
         await conn.copy_records_to_table(
             "read_cursor", columns=("reader_id", "task_id", "version", "change_seq"),
             records=[msgspec.structs.astuple(c) for c in changes.cursors.values()])
+    if changes.attempts:
+        await conn.copy_records_to_table(
+            "attempt_summary", columns=attempt_summary.COLUMNS,
+            records=[msgspec.structs.astuple(a) for a in changes.attempts.values()])
+    runs = list(changes.runs.values())
+    if runs:
+        await conn.copy_records_to_table("run_record", columns=core_records.RUN_COLUMNS,
+                                         records=[run_tuple(r) for r in runs])
+        await conn.copy_records_to_table("command_record", columns=core_records.COMMAND_COLUMNS,
+                                         records=[core_records.command_tuple(r) for r in runs])
+        await conn.copy_records_to_table("runner_job_record", columns=core_records.JOB_COLUMNS,
+                                         records=[core_records.job_tuple(r) for r in runs])
 
 
 async def _rebuild(conn: DbConnection, report: ReplayReport, chunk_events: int) -> None:
@@ -78,14 +91,14 @@ async def _rebuild(conn: DbConnection, report: ReplayReport, chunk_events: int) 
             if row["stream_id"] != last_stream:
                 report.streams += 1
                 if len(chunk) >= chunk_events:
-                    changes = fold({}, chunk)
+                    changes = fold(Current(), chunk)
                     stats.update(changes.stats)
                     await _copy_rows(conn, changes)
                     chunk = []
                 last_stream = row["stream_id"]
             chunk.append(store.entry_from_row(row))
         report.events += len(rows)
-    changes = fold({}, chunk)
+    changes = fold(Current(), chunk)
     stats.update(changes.stats)
     await _copy_rows(conn, changes)
     await conn.copy_records_to_table(

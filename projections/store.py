@@ -11,14 +11,17 @@ import msgspec
 from ledger.database import DbConnection
 from ledger.sqlfile import load_queries
 from ledger.streams import RecordedEntry
-from projections import commander
-from projections.fold import Changes, existing_task_ids, fold
+from projections import attempt_summary, commander, core_records
+from projections.attempt_summary import AttemptRow
+from projections.core_records import RunRow
+from projections.fold import Changes, Current, cancelled_attempts, fold, needed_rows
 from projections.task_summary import COLUMNS, TaskSummaryRow
 
 SQL = load_queries("projections", "projections.sql")
 _json = msgspec.json.Encoder()
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
 _ATTEMPT = COLUMNS.index("latest_attempt")
+_BUNDLE = core_records.RUN_COLUMNS.index("resource_bundle_ref")
 
 
 def json_text(value: Any) -> str | None:
@@ -41,6 +44,21 @@ def task_tuple(row: TaskSummaryRow) -> tuple[Any, ...]:
     return tuple(values)
 
 
+def run_tuple(row: RunRow) -> tuple[Any, ...]:
+    """A run row as stored: JSON fields as text."""
+    values = list(msgspec.structs.astuple(row))
+    values[_BUNDLE] = json_text(row.resource_bundle_ref)
+    return tuple(values)
+
+
+def run_from_record(record: asyncpg.Record) -> RunRow:
+    """Decode a ``run_record`` record."""
+    values = dict(record)
+    bundle = values["resource_bundle_ref"]
+    values["resource_bundle_ref"] = _object_decoder.decode(bundle) if bundle else None
+    return RunRow(**values)
+
+
 def columns_of(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
     """Transpose rows into the per-column arrays ``unnest`` takes."""
     return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width
@@ -56,8 +74,24 @@ async def load_tasks(
     return {r["task_id"]: row_from_record(r) for r in records}
 
 
+async def load_current(conn: DbConnection, entries: list[RecordedEntry]) -> Current:
+    """The existing rows the entries change."""
+    needed = needed_rows(entries)
+    tasks = await load_tasks(conn, needed.task_ids)
+    attempt_ids = sorted({*needed.attempt_ids, *cancelled_attempts(entries, tasks)})
+    attempts: dict[str, AttemptRow] = {}
+    if attempt_ids:
+        records = await conn.fetch(SQL["load_attempts"], attempt_ids)
+        attempts = {r["attempt_id"]: AttemptRow(**dict(r)) for r in records}
+    runs: dict[str, RunRow] = {}
+    if needed.run_ids:
+        records = await conn.fetch(SQL["load_runs"], needed.run_ids)
+        runs = {r["run_id"]: run_from_record(r) for r in records}
+    return Current(tasks, attempts, runs)
+
+
 async def write_changes(conn: DbConnection, changes: Changes) -> None:
-    """Upsert folded changes: task rows, contracts, commander rows, cursors, stats deltas."""
+    """Upsert folded changes: every projection row the fold produced, and stats deltas."""
     tasks = list(changes.tasks.values())
     if tasks:
         rows = [task_tuple(row) for row in tasks]
@@ -73,9 +107,20 @@ async def write_changes(conn: DbConnection, changes: Changes) -> None:
     stats = [(*key, delta) for key, delta in changes.stats.items() if delta != 0]
     if stats:
         await conn.execute(SQL["add_stats"], *columns_of(stats, 5))
+    if changes.attempts:
+        rows = [msgspec.structs.astuple(a) for a in changes.attempts.values()]
+        await conn.execute(SQL["upsert_attempts"],
+                           *columns_of(rows, len(attempt_summary.COLUMNS)))
+    runs = list(changes.runs.values())
+    if runs:
+        await conn.execute(SQL["upsert_runs"],
+                           *columns_of([run_tuple(r) for r in runs], len(core_records.RUN_COLUMNS)))
+        await conn.execute(SQL["upsert_commands"],
+                           *columns_of([core_records.command_tuple(r) for r in runs], 6))
+        await conn.execute(SQL["upsert_jobs"],
+                           *columns_of([core_records.job_tuple(r) for r in runs], 9))
 
 
 async def project(conn: DbConnection, entries: list[RecordedEntry]) -> None:
     """Update every projection for freshly appended entries, in the caller's transaction."""
-    current = await load_tasks(conn, existing_task_ids(entries))
-    await write_changes(conn, fold(current, entries))
+    await write_changes(conn, fold(await load_current(conn, entries), entries))

@@ -7,9 +7,19 @@ from typing import Any
 
 import msgspec
 
-from ledger.events import TaskCancelled, TaskReadCursorAdvanced, TaskSubmitted
+from ledger.events import (
+    AttemptFinished,
+    AttemptMaterializationFailed,
+    AttemptMaterialized,
+    AttemptReserved,
+    TaskCancelled,
+    TaskReadCursorAdvanced,
+    TaskSubmitted,
+)
 from ledger.streams import RecordedEntry
-from ledger.task import CANCELLED, PENDING
+from ledger.task import CANCELLED, PENDING, RESERVED, RUNNING, after_materialization_failure
+
+SESSION_PATH = "/api/v1/sessions/{}"
 
 
 class TaskSummaryRow(msgspec.Struct, frozen=True):
@@ -55,11 +65,48 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
         )
     if row is None or kind is TaskReadCursorAdvanced:
         return row
+    changed = {"version": row.version + 1, "change_seq": entry.change_seq,
+               "updated_at": entry.recorded_at}
+    attempt = row.latest_attempt
     if kind is TaskCancelled:
         assert isinstance(event, TaskCancelled)
         summary = f"cancelled: {event.reason}" if event.reason else "cancelled"
+        if attempt is not None and attempt["state"] in (RESERVED, RUNNING):
+            attempt = {**attempt, "state": CANCELLED}
+        return msgspec.structs.replace(row, state=CANCELLED, summary=summary,
+                                       latest_attempt=attempt, **changed)
+    if kind is AttemptReserved:
+        assert isinstance(event, AttemptReserved)
+        attempt = {
+            "attemptId": event.attempt_id, "retryIndex": event.retry_index,
+            "state": RESERVED, "runId": event.run_id, "commandId": event.command_id,
+            "runnerJobId": event.runner_job_id, "sessionId": event.session_id,
+            "sessionPath": SESSION_PATH.format(event.session_id),
+            "failureKind": None, "failureMessage": None,
+        }
         return msgspec.structs.replace(
-            row, state=CANCELLED, summary=summary, version=row.version + 1,
-            change_seq=entry.change_seq, updated_at=entry.recorded_at,
-        )
-    return row
+            row, latest_attempt=attempt, session_path=attempt["sessionPath"],
+            summary=f"attempt {event.retry_index} reserved; creating its runner job",
+            **changed)
+    assert attempt is not None, "attempt event before task-attempt-reserved"
+    if kind is AttemptMaterialized:
+        attempt = {**attempt, "state": RUNNING, "failureKind": None, "failureMessage": None}
+        return msgspec.structs.replace(row, state=RUNNING, latest_attempt=attempt,
+                                       summary=f"running (attempt {attempt['retryIndex']})",
+                                       **changed)
+    if kind is AttemptMaterializationFailed:
+        assert isinstance(event, AttemptMaterializationFailed)
+        attempt_state, state = after_materialization_failure(row.state, event.failure_kind)
+        attempt = {**attempt, "state": attempt_state, "failureKind": event.failure_kind,
+                   "failureMessage": event.failure_message}
+        return msgspec.structs.replace(
+            row, state=state, latest_attempt=attempt,
+            summary=f"runner job not created: {event.failure_kind}", **changed)
+    assert isinstance(event, AttemptFinished)
+    attempt = {**attempt, "state": event.outcome, "failureKind": event.failure_kind,
+               "failureMessage": event.failure_message}
+    detail = event.failure_kind or (f"exit code {event.exit_code}"
+                                    if event.exit_code else "")
+    summary = event.outcome + (f": {detail}" if detail else "")
+    return msgspec.structs.replace(row, state=event.outcome, latest_attempt=attempt,
+                                   summary=summary, **changed)

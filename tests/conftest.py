@@ -22,7 +22,8 @@ from litestar.testing import AsyncTestClient
 from api.app import create_app
 from ledger.database import start_embedded
 from ledger.migrate import migrate
-from tests.support import unique_name, with_database
+from runner_assembly.settings import RunnerSettings
+from tests.support import unique_name, with_database, write_profile_secret
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 TEMPLATE = f"svc_template_{os.getpid()}"
@@ -75,9 +76,19 @@ async def database_url(server_url: str, template_url: str) -> AsyncIterator[str]
 
 
 @pytest.fixture
-async def client(database_url: str) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
+def runner_settings(tmp_path: Path) -> RunnerSettings:
+    """Runner settings with a private data dir holding a profile-1 secret."""
+    data = tmp_path / "svc-data"
+    write_profile_secret(data)
+    return RunnerSettings.from_env(data)
+
+
+@pytest.fixture
+async def client(database_url: str,
+                 runner_settings: RunnerSettings) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
     """The real Litestar app on the test database, through its ASGI interface."""
-    async with AsyncTestClient(create_app(database_url)) as test_client:
+    app = create_app(database_url, settings=runner_settings)
+    async with AsyncTestClient(app) as test_client:
         yield test_client
 
 
@@ -94,11 +105,16 @@ def svc_executable() -> str:
 
 
 @asynccontextmanager
-async def running_api(database_url: str, workdir: Path) -> AsyncIterator[str]:
-    """Run a real ``svc serve`` process on ``database_url``; yields its base URL."""
+async def running_api(database_url: str, workdir: Path,
+                      extra_env: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """Run a real ``svc serve`` process on ``database_url``; yields its base URL.
+
+    Its data dir is ``workdir/data`` (with a profile-1 secret), shared by restarts.
+    """
     port = free_port()
+    write_profile_secret(workdir / "data")
     env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
-           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data")}
+           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data"), **(extra_env or {})}
     log_path = workdir / f"serve-{port}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,
@@ -119,8 +135,9 @@ async def running_api(database_url: str, workdir: Path) -> AsyncIterator[str]:
                     await asyncio.sleep(0.1)
             yield base
         finally:
-            process.terminate()
-            process.wait(10)
+            if process.poll() is None:
+                process.terminate()
+                process.wait(10)
 
 
 @pytest.fixture

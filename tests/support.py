@@ -51,3 +51,18 @@ def task_body(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
+
+
+SECRET_CANARY = "SecretCanaryValue-7f3a9c2e1b8d4f6a0c5e"
+"""Planted in every test secret file: it must never appear in any output."""
+
+
+def write_profile_secret(data_dir: Any, profile: str = "profile-1") -> None:
+    """Create the file-store secret of a profile, with canary values."""
+    from runner_assembly.profiles import PROFILE_SECRETS
+
+    secret = PROFILE_SECRETS[profile]
+    folder = data_dir / "secrets" / "svc-v01" / secret.name
+    folder.mkdir(parents=True, exist_ok=True)
+    for key in secret.keys:
+        (folder / key).write_text(f'{{"token": "{SECRET_CANARY}"}}\n')

@@ -218,7 +218,9 @@ async def test_commander_puts_live_work_before_finished_work(client: Any) -> Non
     assert [i["taskId"] for i in view["items"]] == [waiting["taskId"], done["taskId"]]
     assert view["items"][0]["supervisor"] == {
         "phase": "awaiting-dispatch", "lastActivitySeq": waiting["changeSeq"],
-        "timeoutBudget": None, "recovery": "dispatch"}
+        "lastActivityId": waiting["taskId"], "timeoutBudget": None,
+        "recovery": f"svc queue dispatch {waiting['taskId']}"}
+    assert view["items"][1]["supervisor"]["recovery"] == "none"
     assert view["items"][0]["unread"] is None
     assert view["byState"] == {"pending": 1, "cancelled": 1}
     limited = (await client.get("/api/v1/queue/commander", params={"limit": 1})).json()

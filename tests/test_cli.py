@@ -51,7 +51,7 @@ async def test_submit_show_read_cancel_round_trip(served_api: str) -> None:
     assert read.returncode == 0
     commander = svc("queue", "commander", "--reader-id", "ann", api=served_api)
     assert f"{task_id}  pending   read" in commander.stdout
-    assert "recovery=dispatch" in commander.stdout
+    assert f"next: svc queue dispatch {task_id}" in commander.stdout
 
     cancelled = svc("queue", "cancel", task_id, "--reason", "not needed", api=served_api)
     assert cancelled.returncode == 0

@@ -41,3 +41,67 @@ INSERT INTO queue_stats (queue, lane, state, backend_profile, task_count)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
 ON CONFLICT (queue, lane, state, backend_profile) DO UPDATE SET
     task_count = queue_stats.task_count + EXCLUDED.task_count
+
+-- name: load_attempts
+SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason, previous_attempt_id,
+       run_id, command_id, runner_job_id, session_id, backend_profile, failure_kind,
+       failure_message, exit_code, change_seq, created_at, started_at, finished_at, updated_at
+FROM attempt_summary WHERE attempt_id = ANY($1::text[])
+
+-- name: upsert_attempts
+INSERT INTO attempt_summary (attempt_id, task_id, retry_index, state, idempotency_key, reason,
+                             previous_attempt_id, run_id, command_id, runner_job_id,
+                             session_id, backend_profile, failure_kind, failure_message,
+                             exit_code, change_seq, created_at, started_at, finished_at,
+                             updated_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[],
+                     $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                     $12::text[], $13::text[], $14::text[], $15::integer[], $16::bigint[],
+                     $17::timestamptz[], $18::timestamptz[], $19::timestamptz[],
+                     $20::timestamptz[])
+ON CONFLICT (attempt_id) DO UPDATE SET
+    state = EXCLUDED.state, failure_kind = EXCLUDED.failure_kind,
+    failure_message = EXCLUDED.failure_message, exit_code = EXCLUDED.exit_code,
+    change_seq = EXCLUDED.change_seq, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at
+
+-- name: load_runs
+SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id, conversation_id,
+       backend_profile, status, exit_code, failure_kind, failure_message, driver, handle,
+       resource_bundle_ref::text AS resource_bundle_ref, prompt_sha256, prompt_bytes,
+       created_at, started_at, finished_at, change_seq
+FROM run_record WHERE run_id = ANY($1::text[])
+
+-- name: upsert_runs
+INSERT INTO run_record (run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
+                        conversation_id, backend_profile, status, exit_code, failure_kind,
+                        failure_message, driver, handle, resource_bundle_ref, prompt_sha256,
+                        prompt_bytes, created_at, started_at, finished_at, change_seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::text[], $8::text[], $9::text[], $10::integer[], $11::text[],
+                     $12::text[], $13::text[], $14::text[], $15::json[], $16::text[],
+                     $17::integer[], $18::timestamptz[], $19::timestamptz[],
+                     $20::timestamptz[], $21::bigint[])
+ON CONFLICT (run_id) DO UPDATE SET
+    status = EXCLUDED.status, exit_code = EXCLUDED.exit_code,
+    failure_kind = EXCLUDED.failure_kind, failure_message = EXCLUDED.failure_message,
+    driver = EXCLUDED.driver, handle = EXCLUDED.handle, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, change_seq = EXCLUDED.change_seq
+
+-- name: upsert_commands
+INSERT INTO command_record (command_id, run_id, status, created_at, finished_at, change_seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[],
+                     $5::timestamptz[], $6::bigint[])
+ON CONFLICT (command_id) DO UPDATE SET
+    status = EXCLUDED.status, finished_at = EXCLUDED.finished_at,
+    change_seq = EXCLUDED.change_seq
+
+-- name: upsert_jobs
+INSERT INTO runner_job_record (runner_job_id, run_id, driver, handle, status, created_at,
+                               started_at, finished_at, change_seq)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                     $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::bigint[])
+ON CONFLICT (runner_job_id) DO UPDATE SET
+    driver = EXCLUDED.driver, handle = EXCLUDED.handle, status = EXCLUDED.status,
+    started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+    change_seq = EXCLUDED.change_seq

@@ -56,10 +56,41 @@ WHERE h.id = 1
 
 -- name: commander_items
 SELECT c.task_id, t.queue, t.lane, t.title, t.state, t.version, t.session_path, c.change_seq,
-       c.phase, c.recovery, rc.version AS read_version
+       t.latest_attempt::text AS latest_attempt, rc.version AS read_version
 FROM commander_view c
 JOIN task_summary t ON t.task_id = c.task_id
 LEFT JOIN read_cursor rc ON rc.task_id = c.task_id AND rc.reader_id = $3
 WHERE ($1::text IS NULL OR c.queue = $1) AND ($2::text IS NULL OR t.lane = $2)
 ORDER BY c.attention, c.change_seq DESC
 LIMIT $4
+
+-- name: list_attempts
+SELECT h.last_seq AS high_water, a.*
+FROM ledger_head h
+LEFT JOIN LATERAL (
+    SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason,
+           previous_attempt_id, run_id, command_id, runner_job_id, session_id, backend_profile,
+           failure_kind, failure_message, exit_code, change_seq, created_at, started_at,
+           finished_at, updated_at
+    FROM attempt_summary
+    WHERE task_id = $1 AND retry_index >= $2
+    ORDER BY retry_index
+    LIMIT $3
+) a ON true
+WHERE h.id = 1
+
+-- name: get_attempt
+SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason, previous_attempt_id,
+       run_id, command_id, runner_job_id, session_id, backend_profile, failure_kind,
+       failure_message, exit_code, change_seq, created_at, started_at, finished_at, updated_at
+FROM attempt_summary WHERE attempt_id = $1
+
+-- name: get_session
+SELECT h.last_seq AS high_water, r.session_id, r.conversation_id, r.backend_profile,
+       r.status, r.run_id
+FROM ledger_head h
+JOIN LATERAL (
+    SELECT session_id, conversation_id, backend_profile, status, run_id
+    FROM run_record WHERE session_id = $1 ORDER BY change_seq DESC LIMIT 1
+) r ON true
+WHERE h.id = 1

@@ -4,6 +4,11 @@ CREATE TEMP TABLE task_contract (LIKE public.task_contract INCLUDING DEFAULTS) O
 CREATE TEMP TABLE read_cursor (LIKE public.read_cursor INCLUDING DEFAULTS) ON COMMIT DROP;
 CREATE TEMP TABLE queue_stats (LIKE public.queue_stats INCLUDING DEFAULTS) ON COMMIT DROP;
 CREATE TEMP TABLE commander_view (LIKE public.commander_view INCLUDING DEFAULTS) ON COMMIT DROP;
+CREATE TEMP TABLE attempt_summary (LIKE public.attempt_summary INCLUDING DEFAULTS) ON COMMIT DROP;
+CREATE TEMP TABLE run_record (LIKE public.run_record INCLUDING DEFAULTS) ON COMMIT DROP;
+CREATE TEMP TABLE command_record (LIKE public.command_record INCLUDING DEFAULTS) ON COMMIT DROP;
+CREATE TEMP TABLE runner_job_record (LIKE public.runner_job_record INCLUDING DEFAULTS)
+    ON COMMIT DROP;
 
 -- JSON columns are compared as text: live and rebuilt values are encoded by the same code
 -- from the same events, so equal values have equal text.
@@ -55,3 +60,45 @@ DELETE FROM public.queue_stats;
 INSERT INTO public.queue_stats SELECT * FROM pg_temp.queue_stats WHERE task_count <> 0;
 DELETE FROM public.commander_view;
 INSERT INTO public.commander_view SELECT * FROM pg_temp.commander_view;
+DELETE FROM public.attempt_summary;
+INSERT INTO public.attempt_summary SELECT * FROM pg_temp.attempt_summary;
+DELETE FROM public.run_record;
+INSERT INTO public.run_record SELECT * FROM pg_temp.run_record;
+DELETE FROM public.command_record;
+INSERT INTO public.command_record SELECT * FROM pg_temp.command_record;
+DELETE FROM public.runner_job_record;
+INSERT INTO public.runner_job_record SELECT * FROM pg_temp.runner_job_record;
+
+-- name: diff_attempt_summary
+SELECT attempt_id AS key FROM (
+    (SELECT * FROM public.attempt_summary EXCEPT ALL SELECT * FROM pg_temp.attempt_summary)
+    UNION ALL
+    (SELECT * FROM pg_temp.attempt_summary EXCEPT ALL SELECT * FROM public.attempt_summary)) d
+
+-- name: diff_run_record
+WITH live AS (SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
+                     conversation_id, backend_profile, status, exit_code, failure_kind,
+                     failure_message, driver, handle, resource_bundle_ref::text, prompt_sha256,
+                     prompt_bytes, created_at, started_at, finished_at, change_seq
+              FROM public.run_record),
+  rebuilt AS (SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
+                     conversation_id, backend_profile, status, exit_code, failure_kind,
+                     failure_message, driver, handle, resource_bundle_ref::text, prompt_sha256,
+                     prompt_bytes, created_at, started_at, finished_at, change_seq
+              FROM pg_temp.run_record)
+SELECT run_id AS key FROM ((TABLE live EXCEPT ALL TABLE rebuilt)
+                           UNION ALL (TABLE rebuilt EXCEPT ALL TABLE live)) d
+
+-- name: diff_command_record
+SELECT command_id AS key FROM (
+    (SELECT * FROM public.command_record EXCEPT ALL SELECT * FROM pg_temp.command_record)
+    UNION ALL
+    (SELECT * FROM pg_temp.command_record EXCEPT ALL SELECT * FROM public.command_record)) d
+
+-- name: diff_runner_job_record
+SELECT runner_job_id AS key FROM (
+    (SELECT * FROM public.runner_job_record EXCEPT ALL
+     SELECT * FROM pg_temp.runner_job_record)
+    UNION ALL
+    (SELECT * FROM pg_temp.runner_job_record EXCEPT ALL
+     SELECT * FROM public.runner_job_record)) d

@@ -1,0 +1,96 @@
+"""The run stream of the core layer: a run, its command and its runner job, for one attempt.
+
+Every command here is idempotent: recording what is already recorded appends nothing, so a
+crashed or concurrent materialisation can be replayed safely.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ledger.errors import NotFound
+from ledger.events import RunCreated, RunEvent, RunFinished, RunnerJobCreated
+
+STREAM_TYPE = "run"
+
+
+class _OnRun(msgspec.Struct, frozen=True):
+    run_id: str
+
+    @property
+    def stream_id(self) -> str:
+        return self.run_id
+
+
+class CreateRun(_OnRun, frozen=True):
+    """Create the core run, command and runner-job identity of an attempt (once)."""
+
+    task_id: str
+    attempt_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    conversation_id: str
+    backend_profile: str
+    resource_bundle_ref: dict[str, Any] | None = None
+    prompt_sha256: str = ""
+    prompt_bytes: int = 0
+
+
+class RecordRunnerJob(_OnRun, frozen=True):
+    """The driver created or adopted the runner job."""
+
+    driver: str
+    handle: str
+
+
+class FinishRun(_OnRun, frozen=True):
+    """The run reached a terminal status."""
+
+    status: str
+    exit_code: int | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+
+
+RunCommand = CreateRun | RecordRunnerJob | FinishRun
+
+
+class RunState(msgspec.Struct, frozen=True):
+    """What ``decide`` needs to know about a run."""
+
+    run_id: str
+    runner_job_id: str
+    job_recorded: bool = False
+    status: str | None = None
+
+
+def decide(state: RunState | None, command: RunCommand) -> list[RunEvent]:
+    """Events for a run command; repeated records are no-ops."""
+    if isinstance(command, CreateRun):
+        if state is not None:
+            return []
+        fields = {f: getattr(command, f) for f in RunCreated.__struct_fields__}
+        return [RunCreated(**fields)]
+    if state is None:
+        raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
+    if isinstance(command, RecordRunnerJob):
+        if state.job_recorded:
+            return []
+        return [RunnerJobCreated(state.runner_job_id, command.driver, command.handle)]
+    if state.status is not None:
+        return []
+    return [RunFinished(command.status, command.exit_code, command.failure_kind,
+                        command.failure_message)]
+
+
+def evolve(state: RunState | None, event: RunEvent) -> RunState:
+    """Fold one run event."""
+    if isinstance(event, RunCreated):
+        return RunState(run_id=event.run_id, runner_job_id=event.runner_job_id)
+    assert state is not None, "event before run-created"
+    if isinstance(event, RunnerJobCreated):
+        return msgspec.structs.replace(state, job_recorded=True)
+    return msgspec.structs.replace(state, status=event.status)

@@ -1,0 +1,91 @@
+"""Attempt summary projection: the formal attempt history, one row per attempt."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from ledger.events import (
+    AttemptFinished,
+    AttemptMaterializationFailed,
+    AttemptMaterialized,
+    AttemptReserved,
+    TaskCancelled,
+)
+from ledger.streams import RecordedEntry
+from ledger.task import CANCELLED, RESERVED, RUNNING
+
+
+class AttemptRow(msgspec.Struct, frozen=True):
+    """A row of ``attempt_summary``; field order is the column order."""
+
+    attempt_id: str
+    task_id: str
+    retry_index: int
+    state: str
+    idempotency_key: str | None
+    reason: str | None
+    previous_attempt_id: str | None
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    backend_profile: str
+    failure_kind: str | None
+    failure_message: str | None
+    exit_code: int | None
+    change_seq: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+
+COLUMNS = tuple(AttemptRow.__struct_fields__)
+
+
+def attempt_id_of(entry: RecordedEntry) -> str | None:
+    """The attempt an entry is about, if any (cancel: resolved by the caller)."""
+    return getattr(entry.event, "attempt_id", None)
+
+
+def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
+    """Fold one task-stream entry into the row of the attempt it concerns."""
+    event, at, seq = entry.event, entry.recorded_at, entry.change_seq
+    kind = type(event)
+    if kind is AttemptReserved:
+        assert isinstance(event, AttemptReserved)
+        return AttemptRow(
+            attempt_id=event.attempt_id, task_id=entry.stream_id,
+            retry_index=event.retry_index, state=RESERVED,
+            idempotency_key=event.idempotency_key, reason=event.reason,
+            previous_attempt_id=event.previous_attempt_id, run_id=event.run_id,
+            command_id=event.command_id, runner_job_id=event.runner_job_id,
+            session_id=event.session_id, backend_profile=event.backend_profile,
+            failure_kind=None, failure_message=None, exit_code=None, change_seq=seq,
+            created_at=at, started_at=None, finished_at=None, updated_at=at,
+        )
+    if row is None:
+        return None
+    if kind is AttemptMaterialized:
+        return msgspec.structs.replace(row, state=RUNNING, failure_kind=None,
+                                       failure_message=None, started_at=at,
+                                       change_seq=seq, updated_at=at)
+    if kind is AttemptMaterializationFailed:
+        assert isinstance(event, AttemptMaterializationFailed)
+        return msgspec.structs.replace(row, state=event.attempt_state,
+                                       failure_kind=event.failure_kind,
+                                       failure_message=event.failure_message,
+                                       change_seq=seq, updated_at=at)
+    if kind is AttemptFinished:
+        assert isinstance(event, AttemptFinished)
+        return msgspec.structs.replace(row, state=event.outcome,
+                                       failure_kind=event.failure_kind,
+                                       failure_message=event.failure_message,
+                                       exit_code=event.exit_code, finished_at=at,
+                                       change_seq=seq, updated_at=at)
+    if kind is TaskCancelled and row.state in (RESERVED, RUNNING):
+        return msgspec.structs.replace(row, state=CANCELLED, finished_at=at,
+                                       change_seq=seq, updated_at=at)
+    return row

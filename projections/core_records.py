@@ -1,0 +1,89 @@
+"""Core-layer projections: run, command and runner-job records, folded from the run stream.
+
+One fold row per run carries all three; the writer stores each in its own table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ledger.events import RunCreated, RunFinished, RunnerJobCreated
+from ledger.streams import RecordedEntry
+
+CREATED, RUNNING = "created", "running"
+
+
+class RunRow(msgspec.Struct, frozen=True):
+    """The folded state of one run, its command and its runner job."""
+
+    run_id: str
+    task_id: str
+    attempt_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    conversation_id: str
+    backend_profile: str
+    status: str
+    exit_code: int | None
+    failure_kind: str | None
+    failure_message: str | None
+    driver: str | None
+    handle: str | None
+    resource_bundle_ref: dict[str, Any] | None
+    prompt_sha256: str
+    prompt_bytes: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    change_seq: int
+
+
+RUN_COLUMNS = tuple(RunRow.__struct_fields__)
+COMMAND_COLUMNS = ("command_id", "run_id", "status", "created_at", "finished_at", "change_seq")
+JOB_COLUMNS = ("runner_job_id", "run_id", "driver", "handle", "status", "created_at",
+               "started_at", "finished_at", "change_seq")
+
+
+def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
+    """Fold one run-stream entry."""
+    event, at, seq = entry.event, entry.recorded_at, entry.change_seq
+    kind = type(event)
+    if kind is RunCreated:
+        assert isinstance(event, RunCreated)
+        return RunRow(
+            run_id=event.run_id, task_id=event.task_id, attempt_id=event.attempt_id,
+            command_id=event.command_id, runner_job_id=event.runner_job_id,
+            session_id=event.session_id, conversation_id=event.conversation_id,
+            backend_profile=event.backend_profile, status=CREATED, exit_code=None,
+            failure_kind=None, failure_message=None, driver=None, handle=None,
+            resource_bundle_ref=event.resource_bundle_ref, prompt_sha256=event.prompt_sha256,
+            prompt_bytes=event.prompt_bytes, created_at=at, started_at=None,
+            finished_at=None, change_seq=seq,
+        )
+    if row is None:
+        return None
+    if kind is RunnerJobCreated:
+        assert isinstance(event, RunnerJobCreated)
+        return msgspec.structs.replace(row, status=RUNNING, driver=event.driver,
+                                       handle=event.handle, started_at=at, change_seq=seq)
+    assert isinstance(event, RunFinished)
+    return msgspec.structs.replace(row, status=event.status, exit_code=event.exit_code,
+                                   failure_kind=event.failure_kind,
+                                   failure_message=event.failure_message, finished_at=at,
+                                   change_seq=seq)
+
+
+def command_tuple(row: RunRow) -> tuple[Any, ...]:
+    """The ``command_record`` row of a run."""
+    return (row.command_id, row.run_id, row.status, row.created_at, row.finished_at,
+            row.change_seq)
+
+
+def job_tuple(row: RunRow) -> tuple[Any, ...]:
+    """The ``runner_job_record`` row of a run."""
+    return (row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
+            row.created_at, row.started_at, row.finished_at, row.change_seq)

@@ -1,0 +1,269 @@
+"""Dispatch, retry, materialisation, refresh and cancel of runner jobs.
+
+Reservation (ledger) and materialisation (driver) are separate steps. Materialisation runs
+under a Postgres advisory-lock fence, creates the core run record, checks the profile
+secret by existence only, asks the driver to create the job (which adopts an existing one
+of the same name) and records the result. Replaying it is always safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from ledger.database import DbConnection
+from ledger.errors import NotFound
+from ledger.ids import new_id
+from ledger.redaction import redact_text
+from ledger.run import CreateRun, FinishRun, RecordRunnerJob
+from ledger.task import (
+    RESERVED,
+    RUNNING,
+    AttemptIds,
+    DispatchTask,
+    FailMaterialization,
+    FinishAttempt,
+    MaterializeAttempt,
+    RetryTask,
+    TaskState,
+    used_key,
+)
+from ledger.writer import LedgerWriter, Outcome
+from runner_assembly import faults
+from runner_assembly.drivers import CANCELLED, DriverError, JobSpec, RunnerDriver
+from runner_assembly.profiles import PROFILE_SECRETS
+from runner_assembly.secret_store import FileSecretStore
+from runner_assembly.settings import RunnerSettings
+
+MAX_FAILURE_MESSAGE = 500
+ACTOR = "dispatcher"
+
+
+def bounded(message: str) -> str:
+    """A failure message as stored: redacted, one line, at most 500 characters."""
+    line = " ".join(redact_text(message).split())
+    return line if len(line) <= MAX_FAILURE_MESSAGE else line[:MAX_FAILURE_MESSAGE - 1] + "…"
+
+
+def lock_key(text: str) -> int:
+    """A signed 64-bit advisory-lock key for a text."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """What materialisation needs from a task's projections."""
+
+    task_id: str
+    backend_profile: str
+    prompt: str
+    resource_bundle_ref: dict[str, Any] | None
+    session_ref: dict[str, Any] | None
+
+
+class Dispatcher:
+    """Creates and tracks runner jobs for attempts."""
+
+    def __init__(self, pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: LedgerWriter,
+                 driver: RunnerDriver, settings: RunnerSettings) -> None:
+        self.pool = pool
+        self.fence_pool = fence_pool
+        self.writer = writer
+        self.driver = driver
+        self.settings = settings
+        self.secrets = FileSecretStore(settings.secrets_dir)
+
+    async def _facts(self, task_id: str) -> TaskFacts:
+        record = await self.pool.fetchrow(
+            "SELECT t.backend_profile, c.contract::text AS contract FROM task_summary t"
+            " JOIN task_contract c USING (task_id) WHERE task_id = $1", task_id)
+        if record is None:
+            raise NotFound(f"task {task_id} not found", taskId=task_id)
+        contract = msgspec.json.decode(record["contract"])
+        return TaskFacts(task_id, record["backend_profile"] or self.settings.default_profile,
+                         contract["payload"]["prompt"], contract.get("resourceBundleRef"),
+                         contract.get("sessionRef"))
+
+    def _new_ids(self, facts: TaskFacts, attempt_id: str | None) -> AttemptIds:
+        session_ref = facts.session_ref or {}
+        session_id = session_ref.get("sessionId") if isinstance(session_ref, dict) else None
+        return AttemptIds(
+            attempt_id=attempt_id or new_id("att"), run_id=new_id("run"),
+            command_id=new_id("cmd"), runner_job_id=new_id("job"),
+            session_id=session_id if isinstance(session_id, str) else new_id("ses"),
+            backend_profile=facts.backend_profile,
+        )
+
+    async def dispatch(self, task_id: str, attempt_id: str | None,
+                       dry_run: bool) -> tuple[Outcome, str | None]:
+        """Reserve (or find) the attempt, then materialise it; return it with the outcome."""
+        facts = await self._facts(task_id)
+        command = DispatchTask(task_id, self._new_ids(facts, attempt_id),
+                               named=attempt_id is not None)
+        if dry_run:
+            return await self.writer.plan(command), None
+        outcome = await self.writer.execute(command, ACTOR)
+        state: TaskState = outcome.state
+        attempt = state.attempt(attempt_id) if attempt_id else state.latest
+        assert attempt is not None
+        if outcome.events:
+            faults.crash_after_reserve(self.settings.faults)
+        if attempt.state == RESERVED:
+            await self.materialize(task_id, attempt.attempt_id, facts)
+        return outcome, attempt.attempt_id
+
+    async def retry(self, task_id: str, key: str, reason: str,
+                    dry_run: bool) -> tuple[Outcome, str | None]:
+        """Reserve a new attempt under ``key`` (or find the one it reserved), materialise it."""
+        facts = await self._facts(task_id)
+        command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
+        if dry_run:
+            outcome = await self.writer.plan(command)
+            self.check_dependencies(facts)
+            return outcome, None
+        outcome = await self.writer.execute(command, ACTOR)
+        attempt = used_key(outcome.state, key)
+        assert attempt is not None
+        if outcome.events:
+            faults.crash_after_reserve(self.settings.faults)
+        if attempt.state == RESERVED:
+            await self.materialize(task_id, attempt.attempt_id, facts)
+        return outcome, attempt.attempt_id
+
+    def check_dependencies(self, facts: TaskFacts) -> list[str]:
+        """Missing keys of the profile secret (existence only)."""
+        secret = PROFILE_SECRETS[facts.backend_profile]
+        return self.secrets.missing_keys(self.settings.namespace, secret)
+
+    @asynccontextmanager
+    async def fence(self, run_id: str, attempt_id: str) -> AsyncIterator[DbConnection]:
+        """Serialise job creation: per namespace with retention, else per run and attempt."""
+        scope = (f"namespace/{self.settings.namespace}" if self.settings.retention
+                 else f"run/{run_id}/{attempt_id}")
+        key = lock_key(scope)
+        async with self.fence_pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock($1)", key)
+            try:
+                yield conn
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock($1)", key)
+
+    async def _take_capacity(self, conn: DbConnection) -> bool:
+        """Compare-and-swap one slot of the namespace's capacity, reclaiming finished jobs."""
+        namespace = self.settings.namespace
+        await conn.execute(
+            "INSERT INTO runner_capacity (namespace, max_jobs, active_jobs) VALUES ($1, $2, 0)"
+            " ON CONFLICT (namespace) DO NOTHING", namespace, self.settings.retention_capacity)
+        for _ in range(2):
+            taken = await conn.fetchval(
+                "UPDATE runner_capacity SET active_jobs = active_jobs + 1"
+                " WHERE namespace = $1 AND active_jobs < max_jobs RETURNING active_jobs",
+                namespace)
+            if taken is not None:
+                return True
+            seen = await conn.fetchval(
+                "SELECT active_jobs FROM runner_capacity WHERE namespace = $1", namespace)
+            live = await conn.fetchval(
+                "SELECT count(*) FROM runner_job_record WHERE status = 'running'")
+            await conn.execute(
+                "UPDATE runner_capacity SET active_jobs = $2"
+                " WHERE namespace = $1 AND active_jobs = $3", namespace, live, seen)
+        return False
+
+    async def materialize(self, task_id: str, attempt_id: str,
+                          facts: TaskFacts | None = None) -> None:
+        """Create the attempt's run and runner job (or adopt them); record the outcome."""
+        facts = facts or await self._facts(task_id)
+        row = await self.pool.fetchrow(
+            "SELECT run_id, command_id, runner_job_id, session_id, backend_profile"
+            " FROM attempt_summary WHERE attempt_id = $1", attempt_id)
+        if row is None:
+            raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
+        async with self.fence(row["run_id"], attempt_id) as conn:
+            state = await self.pool.fetchval(
+                "SELECT state FROM attempt_summary WHERE attempt_id = $1", attempt_id)
+            if state != RESERVED:
+                return  # another caller finished it while we waited at the fence
+            await self._create_run(task_id, attempt_id, row, facts)
+            secret = PROFILE_SECRETS[row["backend_profile"]]
+            missing = self.secrets.missing_keys(self.settings.namespace, secret)
+            if missing:
+                await self._fail(task_id, attempt_id, "secret-unavailable",
+                                 f"secret {secret.name} lacks keys: {', '.join(missing)}")
+                return
+            if self.settings.retention and not await self._take_capacity(conn):
+                await self._fail(task_id, attempt_id, "infra-failed",
+                                 "runner capacity of the namespace is exhausted")
+                return
+            spec = JobSpec(
+                runner_job_id=row["runner_job_id"], run_id=row["run_id"], task_id=task_id,
+                attempt_id=attempt_id, session_id=row["session_id"],
+                backend_profile=row["backend_profile"],
+                backend_command=self.settings.backend_commands[row["backend_profile"]],
+                secret_dir=str(self.secrets.secret_dir(self.settings.namespace, secret.name)),
+                secret_keys=secret.keys, prompt=facts.prompt,
+            )
+            try:
+                handle = await self.driver.create(spec)
+            except DriverError as error:
+                await self._fail(task_id, attempt_id, error.kind, error.message)
+                return
+            await self.writer.execute(
+                RecordRunnerJob(row["run_id"], handle.driver, handle.handle), ACTOR)
+            outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
+        attempt = outcome.state.attempt(attempt_id)
+        if attempt is not None and attempt.state == CANCELLED:
+            await self.cancel_job(row["run_id"], row["runner_job_id"])
+
+    async def _create_run(self, task_id: str, attempt_id: str, row: asyncpg.Record,
+                          facts: TaskFacts) -> None:
+        prompt = facts.prompt.encode()
+        session_ref = facts.session_ref if isinstance(facts.session_ref, dict) else {}
+        conversation = session_ref.get("conversationId")
+        await self.writer.execute(CreateRun(
+            run_id=row["run_id"], task_id=task_id, attempt_id=attempt_id,
+            command_id=row["command_id"], runner_job_id=row["runner_job_id"],
+            session_id=row["session_id"],
+            conversation_id=conversation if isinstance(conversation, str)
+            else "cnv_" + row["session_id"].removeprefix("ses_"),
+            backend_profile=row["backend_profile"],
+            resource_bundle_ref=facts.resource_bundle_ref,
+            prompt_sha256=hashlib.sha256(prompt).hexdigest(), prompt_bytes=len(prompt),
+        ), ACTOR)
+
+    async def _fail(self, task_id: str, attempt_id: str, kind: str, message: str) -> None:
+        await self.writer.execute(
+            FailMaterialization(task_id, attempt_id, kind, bounded(message)), ACTOR)
+
+    async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
+        """Write the core terminal state of the latest attempt back; None when nothing to do."""
+        row = await self.pool.fetchrow(
+            "SELECT a.attempt_id, a.run_id, a.runner_job_id, a.state FROM task_summary t"
+            " JOIN attempt_summary a ON a.attempt_id = t.latest_attempt->>'attemptId'"
+            " WHERE t.task_id = $1", task_id)
+        if row is None or row["state"] != RUNNING:
+            return None
+        status = await self.driver.status(row["runner_job_id"])
+        if not status.terminal:
+            return None
+        outcome = status.state if status.state != CANCELLED else "failed"
+        kind = status.failure_kind or ("runner-cancelled" if status.state == CANCELLED else None)
+        message = bounded(status.failure_message) if status.failure_message else None
+        finish = FinishAttempt(task_id, row["attempt_id"], outcome, kind, message,
+                               status.exit_code)
+        if dry_run:
+            return await self.writer.plan(finish)
+        await self.writer.execute(FinishRun(row["run_id"], status.state, status.exit_code,
+                                            kind, message), ACTOR)
+        return await self.writer.execute(finish, ACTOR)
+
+    async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
+        """Stop a runner job and record the run as cancelled."""
+        await self.driver.cancel(runner_job_id)
+        await self.writer.execute(FinishRun(run_id, CANCELLED), ACTOR)

@@ -1,0 +1,77 @@
+"""The runner driver interface: create (idempotent by name), status, cancel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
+    "running", "completed", "failed", "blocked", "cancelled")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a runner job executes with, by reference: no secret value."""
+
+    runner_job_id: str
+    run_id: str
+    task_id: str
+    attempt_id: str
+    session_id: str
+    backend_profile: str
+    backend_command: tuple[str, ...]
+    secret_dir: str
+    secret_keys: tuple[str, ...]
+    prompt: str
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """What the driver knows of a created job."""
+
+    driver: str
+    name: str
+    handle: str
+    adopted: bool
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """The runner job's state; terminal states carry the outcome."""
+
+    state: str
+    exit_code: int | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True once the job has finished one way or another."""
+        return self.state != RUNNING
+
+
+class DriverError(Exception):
+    """The driver could not do what was asked; ``kind`` is a SPEC 7 failure kind."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class RunnerDriver(Protocol):
+    """A place where runner jobs run: local processes, or Kubernetes Jobs."""
+
+    name: str
+
+    async def create(self, spec: JobSpec) -> JobHandle:
+        """Create the job named ``spec.runner_job_id``, or adopt it if it already exists."""
+        ...
+
+    async def status(self, runner_job_id: str) -> JobStatus:
+        """The job's current state."""
+        ...
+
+    async def cancel(self, runner_job_id: str) -> None:
+        """Stop the job (no error if it has already ended)."""
+        ...

@@ -1,0 +1,61 @@
+"""Seeded fault injection for crash-recovery tests (``SVC_FAULTS``), off by default.
+
+``create-timeout``: a create that really creates the job then reports a timeout, so the
+caller never learns it worked. ``create-timeout@P`` does so with probability P, drawn from
+``SVC_FAULT_SEED``. ``crash-after-reserve``: the server kills itself (SIGKILL) right after
+an attempt is reserved, before its runner job is created.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+from runner_assembly.drivers import DriverError, JobHandle, JobSpec, JobStatus, RunnerDriver
+
+
+def _probability(faults: frozenset[str], name: str) -> float:
+    for fault in faults:
+        base, _, chance = fault.partition("@")
+        if base == name:
+            return float(chance) if chance else 1.0
+    return 0.0
+
+
+class FaultyDriver:
+    """Wraps a driver; fresh creates succeed but may report a timeout."""
+
+    def __init__(self, inner: RunnerDriver, faults: frozenset[str], seed: int) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._timeout_chance = _probability(faults, "create-timeout")
+        self._random = random.Random(seed)
+
+    async def create(self, spec: JobSpec) -> JobHandle:
+        """Create for real; then, for a fresh job, maybe pretend it timed out."""
+        handle = await self.inner.create(spec)
+        if not handle.adopted and self._random.random() < self._timeout_chance:
+            raise DriverError("infra-failed", "runner job creation timed out")
+        return handle
+
+    async def status(self, runner_job_id: str) -> JobStatus:
+        """As the wrapped driver."""
+        return await self.inner.status(runner_job_id)
+
+    async def cancel(self, runner_job_id: str) -> None:
+        """As the wrapped driver."""
+        await self.inner.cancel(runner_job_id)
+
+
+def crash_after_reserve(faults: frozenset[str]) -> None:
+    """Die like a killed server if the fault is on."""
+    if "crash-after-reserve" in faults:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wrap(driver: RunnerDriver, faults: frozenset[str]) -> RunnerDriver:
+    """The driver, wrapped when a driver fault is configured."""
+    if _probability(faults, "create-timeout") > 0:
+        return FaultyDriver(driver, faults, int(os.environ.get("SVC_FAULT_SEED", "0")))
+    return driver

@@ -1,0 +1,158 @@
+"""The ``local`` driver (embedded default): a runner job is a detached child process.
+
+Each job has a directory ``<data>/jobs/<runnerJobId>/`` created with an exclusive ``mkdir``,
+so a second create finds the first and adopts it. The child runs ``local_runner`` with an
+explicit minimal environment: nothing is inherited from the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from runner_assembly.drivers import (
+    CANCELLED,
+    FAILED,
+    RUNNING,
+    DriverError,
+    JobHandle,
+    JobSpec,
+    JobStatus,
+)
+
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def read_json(path: Path) -> dict[str, object] | None:
+    """A JSON file's content, or None when it does not exist (yet)."""
+    try:
+        value = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_json_atomically(path: Path, value: object) -> None:
+    """Write JSON so readers see the old file or the whole new one."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
+
+
+class LocalDriver:
+    """Runner jobs as local processes under ``jobs_dir``."""
+
+    name = "local"
+
+    def __init__(self, jobs_dir: Path) -> None:
+        self.jobs_dir = jobs_dir
+
+    def job_dir(self, runner_job_id: str) -> Path:
+        """The directory of one job."""
+        if "/" in runner_job_id or runner_job_id.startswith("."):
+            raise DriverError("schema-invalid", "invalid runner job id")
+        return self.jobs_dir / runner_job_id
+
+    async def create(self, spec: JobSpec) -> JobHandle:
+        """Create the job directory exclusively and start the runner; adopt an existing one."""
+        return await asyncio.to_thread(self._create, spec)
+
+    def _create(self, spec: JobSpec) -> JobHandle:
+        folder = self.job_dir(spec.runner_job_id)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir()
+            adopted = False
+        except FileExistsError:
+            adopted = True
+        if not (folder / "spec.json").exists():
+            write_json_atomically(folder / "spec.json", asdict(spec))
+        pid = self._pid(folder)
+        if pid is None:  # a create that crashed before starting the runner: start it now
+            pid = self._spawn(folder)
+        return JobHandle(self.name, spec.runner_job_id, f"pid:{pid}", adopted)
+
+    def _spawn(self, folder: Path) -> int:
+        env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder)}
+        with (folder / "runner.log").open("ab") as log:
+            try:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "runner_assembly.local_runner", str(folder)],
+                    env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, close_fds=True,
+                )
+            except OSError as error:
+                raise DriverError("infra-failed", f"cannot start the runner: {error}") from None
+        (folder / "pid").write_text(str(process.pid))
+        return process.pid
+
+    @staticmethod
+    def _pid(folder: Path) -> int | None:
+        try:
+            return int((folder / "pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    async def status(self, runner_job_id: str) -> JobStatus:
+        """Terminal status from the runner's ``status.json``, else whether it still runs."""
+        folder = self.job_dir(runner_job_id)
+        report = read_json(folder / "status.json")
+        if report is not None:
+            return _status_from(report)
+        pid = self._pid(folder)
+        if pid is not None and _alive(pid):
+            return JobStatus(RUNNING)
+        report = read_json(folder / "status.json")  # it may have finished meanwhile
+        if report is not None:
+            return _status_from(report)
+        if pid is None and folder.exists():
+            return JobStatus(RUNNING)  # being created
+        return JobStatus(FAILED, failure_kind="infra-failed",
+                         failure_message="the runner process ended without reporting a status")
+
+    async def cancel(self, runner_job_id: str) -> None:
+        """Stop the job's process group and record it as cancelled."""
+        folder = self.job_dir(runner_job_id)
+        pid = self._pid(folder)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+            _alive(pid)
+        if folder.exists() and not (folder / "status.json").exists():
+            write_json_atomically(folder / "status.json", {"state": CANCELLED})
+
+
+def _status_from(report: dict[str, object]) -> JobStatus:
+    exit_code = report.get("exitCode")
+    return JobStatus(
+        state=str(report.get("state", FAILED)),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        failure_kind=_text(report.get("failureKind")),
+        failure_message=_text(report.get("failureMessage")),
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (reaping it first if it is our finished child)."""
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

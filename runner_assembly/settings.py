@@ -1,0 +1,64 @@
+"""Runner configuration, read once from the environment."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner_assembly.profiles import PROFILES
+
+DEFAULT_NAMESPACE = "svc-v01"
+REFERENCE_BACKEND = (sys.executable, "-m", "runner_assembly.reference_backend")
+
+
+def _budgets(text: str) -> dict[str, str]:
+    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
+    return {queue.strip(): budget.strip() for queue, budget in pairs}
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Where runner jobs live and how they run."""
+
+    data_dir: Path
+    driver: str = "local"
+    namespace: str = DEFAULT_NAMESPACE
+    default_profile: str = "profile-1"
+    backend_commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    retention: bool = False
+    retention_capacity: int = 8
+    timeout_budgets: dict[str, str] = field(default_factory=dict)
+    faults: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_env(cls, data_dir: Path) -> RunnerSettings:
+        """Settings from ``SVC_*`` variables (see README)."""
+        env = os.environ
+        commands = {}
+        for profile in PROFILES:
+            line = env.get(f"SVC_BACKEND_COMMAND_{profile.upper().replace('-', '_')}")
+            commands[profile] = tuple(shlex.split(line)) if line else REFERENCE_BACKEND
+        return cls(
+            data_dir=data_dir,
+            driver=env.get("SVC_RUNNER_DRIVER", "local"),
+            namespace=env.get("SVC_SECRET_NAMESPACE", DEFAULT_NAMESPACE),
+            default_profile=env.get("SVC_DEFAULT_BACKEND_PROFILE", "profile-1"),
+            backend_commands=commands,
+            retention=env.get("SVC_RUNNER_RETENTION") == "1",
+            retention_capacity=int(env.get("SVC_RUNNER_CAPACITY", "8")),
+            timeout_budgets=_budgets(env.get("SVC_QUEUE_TIMEOUT_BUDGETS", "")),
+            faults=frozenset(f for f in env.get("SVC_FAULTS", "").split(",") if f),
+        )
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Root of the file-based secret store."""
+        return self.data_dir / "secrets"
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Where the local driver keeps one directory per runner job."""
+        return self.data_dir / "jobs"

@@ -1,0 +1,266 @@
+"""Dispatch, refresh, attempt history, cancel of running work and sessions, through the
+real app with the local runner driver and the reference backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from api.app import create_app
+from projections.replay import replay
+from runner_assembly.settings import RunnerSettings
+from tests.support import SECRET_CANARY, snapshot, task_body
+
+TASKS = "/api/v1/queue/tasks"
+
+
+async def submit(client: Any, prompt: str = "say hello", **overrides: Any) -> str:
+    response = await client.post(TASKS, json=task_body(payload={"prompt": prompt}, **overrides))
+    assert response.status_code == 201, response.text
+    return str(response.json()["taskId"])
+
+
+async def dispatch(client: Any, task_id: str, body: Any = None) -> dict[str, Any]:
+    response = await client.post(f"{TASKS}/{task_id}/dispatch", json=body or {})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def settle(client: Any, task_id: str, timeout: float = 30) -> dict[str, Any]:
+    """Refresh until the task leaves ``running``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await client.post(f"{TASKS}/{task_id}/refresh")
+        assert response.status_code == 200, response.text
+        task = dict(response.json())
+        if task["state"] != "running" or time.monotonic() > deadline:
+            return task
+        await asyncio.sleep(0.1)
+
+
+async def counts(url: str) -> dict[str, int]:
+    conn = await asyncpg.connect(url)
+    try:
+        return {table: await conn.fetchval(f"SELECT count(*) FROM {table}")
+                for table in ("attempt_summary", "run_record", "command_record",
+                              "runner_job_record")}
+    finally:
+        await conn.close()
+
+
+def job_dirs(settings: RunnerSettings) -> list[Path]:
+    return sorted(settings.jobs_dir.iterdir()) if settings.jobs_dir.exists() else []
+
+
+async def test_dispatch_runs_the_task_to_completion(
+    client: Any, database_url: str, runner_settings: RunnerSettings
+) -> None:
+    task_id = await submit(client, "say hello")
+    task = await dispatch(client, task_id)
+    assert task["state"] == "running"
+    attempt = task["latestAttempt"]
+    assert attempt["state"] == "running" and attempt["retryIndex"] == 0
+    for key, prefix in (("attemptId", "att_"), ("runId", "run_"), ("commandId", "cmd_"),
+                        ("sessionId", "ses_")):
+        assert attempt[key].startswith(prefix)
+    assert attempt["sessionPath"] == f"/api/v1/sessions/{attempt['sessionId']}"
+    assert task["sessionPath"] == attempt["sessionPath"]
+    assert task["workReady"]["valuesPrinted"] is False
+    assert {t["name"] for t in task["workReady"]["tools"]} >= {"python", "git"}
+    done = await settle(client, task_id)
+    assert done["state"] == "completed"
+    assert done["latestAttempt"]["state"] == "completed"
+    assert done["supervisor"]["recovery"] == f"svc sessions show {attempt['sessionId']}"
+    (job,) = job_dirs(runner_settings)
+    output = (job / "stdout.log").read_text()
+    assert "> say hello" in output
+    assert "home-files=2" in output, "the profile secret was projected into BACKEND_HOME"
+    assert await counts(database_url) == {"attempt_summary": 1, "run_record": 1,
+                                          "command_record": 1, "runner_job_record": 1}
+    conn = await asyncpg.connect(database_url)
+    try:
+        run = await conn.fetchrow("SELECT * FROM run_record")
+        assert (run["status"], run["exit_code"], run["driver"]) == ("completed", 0, "local")
+        assert (await replay(conn)).ok
+    finally:
+        await conn.close()
+
+
+async def test_the_runner_environment_is_minimal_and_explicit(
+    database_url: str, runner_settings: RunnerSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SVC_LEAKY_SERVER_VARIABLE", "must-not-leak")
+    python = runner_settings.backend_commands["profile-1"][0]
+    script = "import json, os; print(json.dumps(sorted(os.environ)))"
+    settings = RunnerSettings(data_dir=runner_settings.data_dir, backend_commands={
+        **runner_settings.backend_commands, "profile-1": (python, "-c", script)})
+    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+        task_id = await submit(client)
+        await dispatch(client, task_id)
+        assert (await settle(client, task_id))["state"] == "completed"
+    (job,) = job_dirs(settings)
+    names = set(json.loads((job / "stdout.log").read_text())) - {"LC_CTYPE"}
+    assert names == {"PATH", "LANG", "HOME", "BACKEND_HOME", "SVC_WORKSPACE_PATH",
+                     "SVC_RUN_ID", "SVC_SESSION_ID", "SVC_BACKEND_PROFILE"}
+
+
+async def test_a_failing_backend_fails_the_task_and_refresh_is_idempotent(
+    client: Any, database_url: str
+) -> None:
+    task_id = await submit(client, "exit: 3")
+    await dispatch(client, task_id)
+    failed = await settle(client, task_id)
+    assert failed["state"] == "failed"
+    assert failed["summary"] == "failed: exit code 3"
+    before = await snapshot(database_url)
+    again = await client.post(f"{TASKS}/{task_id}/refresh")
+    assert again.status_code == 200 and again.json()["version"] == failed["version"]
+    assert await snapshot(database_url) == before
+    history = (await client.get(f"{TASKS}/{task_id}/attempts")).json()
+    (attempt,) = history["items"]
+    assert (attempt["state"], attempt["exitCode"]) == ("failed", 3)
+    assert attempt["durationMs"] is not None and attempt["durationMs"] >= 0
+
+
+async def test_refresh_is_a_no_op_while_running(client: Any, database_url: str) -> None:
+    task_id = await submit(client, "sleep: 3")
+    running = await dispatch(client, task_id)
+    before = await snapshot(database_url)
+    response = await client.post(f"{TASKS}/{task_id}/refresh")
+    assert response.json()["state"] == "running"
+    assert response.json()["version"] == running["version"]
+    assert await snapshot(database_url) == before
+    plan = (await client.post(f"{TASKS}/{task_id}/refresh?dryRun=true")).json()
+    assert plan == {"mutation": False, "plan": plan["plan"]} and plan["plan"]["events"] == []
+
+
+async def test_a_reported_blocker_blocks_the_task(client: Any) -> None:
+    task_id = await submit(client, "blocker: required-skill-unavailable")
+    await dispatch(client, task_id)
+    blocked = await settle(client, task_id)
+    assert blocked["state"] == "blocked"
+    assert blocked["latestAttempt"]["failureKind"] == "required-skill-unavailable"
+
+
+async def test_a_missing_profile_secret_blocks_dispatch_without_fallback(
+    client: Any, runner_settings: RunnerSettings
+) -> None:
+    task_id = await submit(client, backendProfile="profile-2")
+    task = await dispatch(client, task_id)
+    assert task["state"] == "blocked"
+    attempt = task["latestAttempt"]
+    assert (attempt["state"], attempt["failureKind"]) == ("blocked", "secret-unavailable")
+    assert "svc-v01-provider-profile-2" in attempt["failureMessage"]
+    assert job_dirs(runner_settings) == [], "no runner job, no fallback to profile-1"
+
+
+async def test_dispatch_replays_by_attempt_id_and_refuses_other_states(
+    client: Any, database_url: str, runner_settings: RunnerSettings
+) -> None:
+    task_id = await submit(client, "sleep: 2")
+    first = await dispatch(client, task_id, {"attemptId": "att_mine"})
+    assert first["latestAttempt"]["attemptId"] == "att_mine"
+    before = await snapshot(database_url)
+    again = await dispatch(client, task_id, {"attemptId": "att_mine"})
+    assert again["latestAttempt"] == first["latestAttempt"]
+    assert await snapshot(database_url) == before
+    refused = await client.post(f"{TASKS}/{task_id}/dispatch", json={})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "invalid-transition"
+    assert len(job_dirs(runner_settings)) == 1
+    assert await snapshot(database_url) == before
+
+
+@pytest.mark.parametrize("body", [{"attemptId": 5}, {"attemptId": "a b"}, {"runId": "x"}, [1]])
+async def test_dispatch_refuses_bad_bodies(client: Any, database_url: str, body: Any) -> None:
+    task_id = await submit(client)
+    before = await snapshot(database_url)
+    response = await client.post(f"{TASKS}/{task_id}/dispatch", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid-request"
+    assert await snapshot(database_url) == before
+
+
+async def test_dispatch_dry_run_changes_nothing(
+    client: Any, database_url: str, runner_settings: RunnerSettings
+) -> None:
+    task_id = await submit(client)
+    before = await snapshot(database_url)
+    response = await client.post(f"{TASKS}/{task_id}/dispatch?dryRun=true", json={})
+    assert response.status_code == 200
+    plan = response.json()
+    assert plan["mutation"] is False
+    assert plan["plan"]["events"] == ["task-attempt-reserved"]
+    assert plan["plan"]["workReady"]["valuesPrinted"] is False
+    assert await snapshot(database_url) == before
+    assert job_dirs(runner_settings) == []
+
+
+async def test_cancelling_a_running_task_stops_its_runner_job(
+    client: Any, database_url: str, runner_settings: RunnerSettings
+) -> None:
+    task_id = await submit(client, "sleep: 30")
+    await dispatch(client, task_id)
+    response = await client.post(f"{TASKS}/{task_id}/cancel", json={"reason": "stop"})
+    assert response.status_code == 200
+    task = response.json()
+    assert task["state"] == "cancelled" and task["latestAttempt"]["state"] == "cancelled"
+    (job,) = job_dirs(runner_settings)
+    deadline = time.monotonic() + 10
+    while not (job / "status.json").exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert json.loads((job / "status.json").read_text())["state"] == "cancelled"
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SELECT status FROM run_record") == "cancelled"
+        assert (await replay(conn)).ok
+    finally:
+        await conn.close()
+
+
+async def test_session_identity_and_unknown_session(client: Any) -> None:
+    task_id = await submit(client, sessionRef={"sessionId": "ses_given",
+                                               "conversationId": "cnv_given"})
+    task = await dispatch(client, task_id)
+    assert task["latestAttempt"]["sessionId"] == "ses_given"
+    session = (await client.get("/api/v1/sessions/ses_given")).json()
+    assert session["sessionId"] == "ses_given"
+    assert session["conversationId"] == "cnv_given"
+    assert session["backendProfile"] == "profile-1"
+    assert session["threadId"] is None
+    missing = await client.get("/api/v1/sessions/ses_nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not-found"
+
+
+async def test_attempts_of_an_unknown_task_are_not_found(client: Any) -> None:
+    response = await client.get(f"{TASKS}/tsk_nope/attempts")
+    assert response.status_code == 404
+
+
+async def test_no_secret_value_reaches_any_answer(
+    client: Any, database_url: str, runner_settings: RunnerSettings
+) -> None:
+    task_id = await submit(client)
+    answers = [await client.post(f"{TASKS}/{task_id}/dispatch", json={})]
+    await settle(client, task_id)
+    for path in (f"{TASKS}/{task_id}", f"{TASKS}/{task_id}/attempts", TASKS,
+                 "/api/v1/queue/commander", "/api/v1/queue/stats"):
+        answers.append(await client.get(path))
+    for answer in answers:
+        assert SECRET_CANARY not in answer.text
+    conn = await asyncpg.connect(database_url)
+    try:
+        ledger = await conn.fetchval("SELECT string_agg(payload::text, ' ') FROM ledger")
+    finally:
+        await conn.close()
+    assert SECRET_CANARY not in ledger
+    (job,) = job_dirs(runner_settings)
+    for name in ("stdout.log", "stderr.log", "runner.log", "spec.json", "status.json"):
+        assert SECRET_CANARY not in (job / name).read_text()
