@@ -27,7 +27,8 @@ class RunnerSettings:
     driver: str = "local"
     namespace: str = DEFAULT_NAMESPACE
     default_profile: str = "profile-1"
-    backend_commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    backend_commands: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict.fromkeys(PROFILES, REFERENCE_BACKEND))
     retention: bool = False
     retention_capacity: int = 8
     timeout_budgets: dict[str, str] = field(default_factory=dict)

@@ -210,3 +210,37 @@ async def test_the_server_ignores_sigpipe(served_api: str) -> None:
                   .split()[1], 16)
     sigpipe = 13
     assert ignored & (1 << (sigpipe - 1)), "SIGPIPE would kill the server"
+
+
+async def test_dispatch_refresh_attempts_and_retry_commands(served_api: str) -> None:
+    task_id = submit(served_api, payload={"prompt": "exit: 5"})
+    planned = svc("queue", "dispatch", task_id, "--dry-run", api=served_api)
+    assert planned.returncode == 0 and "dry run: dispatch (nothing changed)" in planned.stdout
+    dispatched = svc("queue", "dispatch", task_id, "--json-stdin", api=served_api,
+                     stdin='{"attemptId": "att_cli"}')
+    assert dispatched.returncode == 0, dispatched.stderr
+    assert "attempt: att_cli #0 running" in dispatched.stdout
+    assert "workReady: svc 0.1.0" in dispatched.stdout
+    for _ in range(100):
+        refreshed = svc("queue", "refresh", task_id, api=served_api)
+        if "failed" in refreshed.stdout.splitlines()[0]:
+            break
+    assert f"next: svc queue retry {task_id} --idempotency-key" in refreshed.stdout
+    history = svc("queue", "attempts", task_id, api=served_api)
+    assert "#0  att_cli  failed" in history.stdout and "exit=5" in history.stdout
+    dry = svc("queue", "retry", task_id, "--idempotency-key", "cli-1", "--reason", "again",
+              "--dry-run", api=served_api)
+    assert dry.returncode == 0 and "events: task-attempt-reserved" in dry.stdout
+    assert "(1 attempts" in svc("queue", "attempts", task_id, api=served_api).stdout
+    retried = svc("queue", "retry", task_id, "--idempotency-key", "cli-1", "--reason", "again",
+                  api=served_api)
+    assert retried.returncode == 0, retried.stderr
+    assert "#1  running" in retried.stdout and "key=cli-1" in retried.stdout
+    conflict = svc("queue", "retry", task_id, "--idempotency-key", "cli-1", "--reason", "other",
+                   api=served_api)
+    assert conflict.returncode == 1
+    assert conflict.stderr.startswith("error: idempotency-conflict:")
+    raw = json.loads(svc("queue", "attempts", task_id, "--raw", api=served_api).stdout)
+    assert [a["retryIndex"] for a in raw["items"]] == [0, 1]
+    missing = svc("queue", "retry", task_id, "--reason", "x", api=served_api)
+    assert missing.returncode != 0 and "idempotency-key" in (missing.stdout + missing.stderr)
