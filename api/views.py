@@ -25,9 +25,6 @@ def supervisor(task_id: str, queue: str, state: str, change_seq: int,
                attempt: dict[str, Any] | None, budgets: Budgets) -> wire.Supervisor:
     """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
     recovery = RECOVERY[state].format(task=task_id)
-    session_id = attempt.get("sessionId") if attempt else None
-    if state == COMPLETED and session_id:
-        recovery = f"svc sessions show {session_id}"
     return wire.Supervisor(
         phase=PHASE[state], last_activity_seq=change_seq,
         last_activity_id=attempt["attemptId"] if attempt else task_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 from cyclopts import Parameter
@@ -10,14 +11,33 @@ from cyclopts import Parameter
 from cli import render
 
 QUICK_START = """\
-Try it (in another terminal, with the virtualenv's bin on PATH or via .venv/bin/svc):
-  echo '{{"tenantId":"acme","projectId":"demo","queue":"main","title":"Say hello",\
-"payload":{{"prompt":"print hello"}}}}' | svc queue submit --json-stdin --api {api}
-  svc queue list --api {api}
-  svc queue stats --api {api}
-  svc queue commander --reader-id me --api {api}
-  svc ledger replay --verify
+Try it in another terminal (`source .venv/bin/activate` first; add --api {api} if you
+changed the address):
+  TASK=$(echo '{{"tenantId":"acme","projectId":"demo","queue":"main","title":"Say hello",\
+"payload":{{"prompt":"print hello"}}}}' | svc queue submit --json-stdin --raw \
+| python3 -c 'import json,sys; print(json.load(sys.stdin)["taskId"])')
+  svc queue dispatch $TASK        # runs the reference backend as a local runner job
+  svc queue refresh $TASK         # writes the finished run back: completed
+  svc queue attempts $TASK
+  svc queue list; svc queue stats; svc queue commander --reader-id me
+  svc ledger replay --verify      # rebuild every projection from the ledger and compare
 OpenAPI document: {api}/api/v1/schema"""
+
+
+def ensure_demo_secret(data: Path) -> bool:
+    """With the embedded defaults, give profile-1 a placeholder secret (reference backend
+    only) so the quick start can dispatch. Returns True when it created one."""
+    from runner_assembly.profiles import PROFILE_SECRETS
+    from runner_assembly.settings import DEFAULT_NAMESPACE
+
+    secret = PROFILE_SECRETS["profile-1"]
+    folder = data / "secrets" / DEFAULT_NAMESPACE / secret.name
+    if folder.exists():
+        return False
+    folder.mkdir(parents=True, mode=0o700)
+    for key in secret.keys:
+        (folder / key).write_text("# placeholder for the reference backend; not a credential\n")
+    return True
 
 
 async def _migrate(url: str) -> list[str]:
@@ -43,13 +63,23 @@ def serve(
 
     from api.app import create_app
     from ledger.database import data_dir, resolve_database_url
+    from runner_assembly.settings import RunnerSettings
 
+    settings = RunnerSettings.from_env(data_dir())
+    if settings.driver != "local":
+        render.error("invalid-request", f"runner driver {settings.driver!r} is not available "
+                     "in this version; use SVC_RUNNER_DRIVER=local")
+        return 2
     url, server = resolve_database_url()
     applied = asyncio.run(_migrate(url))
     where = "SVC_DATABASE_URL" if server is None else f"embedded Postgres in {data_dir() / 'pg'}"
     api = f"http://{host}:{port}"
     render.out(f"svc serving on {api} (database: {where}; migrations applied: "
                f"{', '.join(applied) or 'none pending'})")
+    if server is not None and ensure_demo_secret(data_dir()):
+        render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
+                   "(reference backend only)")
     render.out(QUICK_START.format(api=api))
-    uvicorn.run(create_app(url), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(create_app(url, settings=settings), host=host, port=port, log_level="warning",
+                access_log=False)
     return 0

@@ -77,7 +77,8 @@ async def test_dispatch_runs_the_task_to_completion(
     done = await settle(client, task_id)
     assert done["state"] == "completed"
     assert done["latestAttempt"]["state"] == "completed"
-    assert done["supervisor"]["recovery"] == f"svc sessions show {attempt['sessionId']}"
+    assert done["supervisor"] == {**done["supervisor"], "phase": "done", "recovery": "none",
+                                  "lastActivityId": attempt["attemptId"]}
     (job,) = job_dirs(runner_settings)
     output = (job / "stdout.log").read_text()
     assert "> say hello" in output
@@ -264,3 +265,39 @@ async def test_no_secret_value_reaches_any_answer(
     (job,) = job_dirs(runner_settings)
     for name in ("stdout.log", "stderr.log", "runner.log", "spec.json", "status.json"):
         assert SECRET_CANARY not in (job / name).read_text()
+
+
+async def test_retention_fences_job_creation_by_namespace_capacity(
+    database_url: str, runner_settings: RunnerSettings
+) -> None:
+    settings = RunnerSettings(data_dir=runner_settings.data_dir, retention=True,
+                              retention_capacity=1)
+    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+        first = await submit(client, "sleep: 1")
+        second = await submit(client)
+        assert (await dispatch(client, first))["state"] == "running"
+        refused = await dispatch(client, second)
+        assert refused["state"] == "pending"
+        assert refused["latestAttempt"]["failureKind"] == "infra-failed"
+        assert "capacity" in refused["latestAttempt"]["failureMessage"]
+        assert (await settle(client, first))["state"] == "completed"
+        resumed = await dispatch(client, second)  # the finished job's slot is reclaimed
+        assert resumed["latestAttempt"]["attemptId"] == refused["latestAttempt"]["attemptId"]
+        assert resumed["state"] == "running"
+    assert len(job_dirs(settings)) == 2
+
+
+async def test_the_supervisor_carries_the_queue_timeout_budget(
+    database_url: str, runner_settings: RunnerSettings
+) -> None:
+    settings = RunnerSettings(data_dir=runner_settings.data_dir,
+                              timeout_budgets={"main": "30m"})
+    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+        task_id = await submit(client)
+        listed = (await client.get(TASKS)).json()["items"][0]["supervisor"]
+        assert listed == {"phase": "awaiting-dispatch", "lastActivitySeq": 1,
+                          "lastActivityId": task_id, "timeoutBudget": "30m",
+                          "recovery": f"svc queue dispatch {task_id}"}
+        other = await submit(client, queue="beta")
+        shown = (await client.get(f"{TASKS}/{other}")).json()["supervisor"]
+        assert shown["timeoutBudget"] is None
