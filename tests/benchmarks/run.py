@@ -26,7 +26,7 @@ from ledger.database import start_embedded
 from ledger.migrate import migrate
 from tests.benchmarks import tools
 from tests.benchmarks.load import load
-from tests.support import with_database
+from tests.support import with_database, write_profile_secret
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -174,6 +174,22 @@ class Bench:
             self.report(f"replay_ratio_{label}", per_s / copy_per_s)
             self.report(f"replay_peak_rss_mb_{label}", rss)
 
+    def dispatch_figures(self) -> None:
+        url = self.database("bench_dispatch")
+        write_profile_secret(self.workdir / "data")
+        with self.api(url) as base:
+            created, started, retries = asyncio.run(_dispatch_latencies(
+                base, self.workdir / "data" / "jobs", 10 if self.quick else 30))
+        spawn = _spawn_baseline(10 if self.quick else 30)
+        self.report("python_spawn_ms_p50", _percentile(spawn, 50))
+        for name, samples in (("dispatch_created_ms", created),
+                              ("dispatch_backend_started_ms", started),
+                              ("retry_50_same_key_ms", retries)):
+            self.report(f"{name}_p50", _percentile(samples, 50))
+            self.report(f"{name}_p99", _percentile(samples, 99))
+        self.report("dispatch_started_vs_spawn_p50",
+                    _percentile(started, 50) / _percentile(spawn, 50))
+
     def close(self) -> None:
         self.server.cleanup()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -185,6 +201,54 @@ def tools_free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _percentile(samples: list[float], pct: int) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def _spawn_baseline(n: int) -> list[float]:
+    """Milliseconds to start and finish ``python -c pass``: the floor of a local job."""
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def _dispatch_latencies(base: str, jobs: Path,
+                              n: int) -> tuple[list[float], list[float], list[float]]:
+    body = {"tenantId": "bench", "projectId": "bench", "queue": "bench", "title": "bench",
+            "payload": {"prompt": "exit: 1"}}
+    created, started, retries = [], [], []
+    async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+        for _ in range(n):
+            task_id = (await http.post("/api/v1/queue/tasks", json=body)).json()["taskId"]
+            begin = time.perf_counter()
+            task = (await http.post(f"/api/v1/queue/tasks/{task_id}/dispatch")).json()
+            created.append((time.perf_counter() - begin) * 1000)
+            prompt = jobs / task["latestAttempt"]["runnerJobId"] / "prompt.txt"
+            while not prompt.exists():
+                await asyncio.sleep(0.002)
+            started.append((time.perf_counter() - begin) * 1000)
+        tasks = [t["taskId"] for t in (await http.get(
+            "/api/v1/queue/tasks", params={"limit": 5})).json()["items"]]
+        for task_id in tasks:
+            while (await http.post(f"/api/v1/queue/tasks/{task_id}/refresh")).json()[
+                    "state"] == "running":
+                await asyncio.sleep(0.05)
+            retry = {"idempotencyKey": "bench", "reason": "bench"}
+
+            async def one(task_id: str = task_id, retry: dict[str, str] = retry) -> float:
+                begin = time.perf_counter()
+                answer = await http.post(f"/api/v1/queue/tasks/{task_id}/retry", json=retry)
+                assert answer.status_code == 200, answer.text
+                return (time.perf_counter() - begin) * 1000
+
+            retries += await asyncio.gather(*(one() for _ in range(50)))
+    return created, started, retries
 
 
 async def _versions(url: str) -> dict[str, int]:
@@ -207,14 +271,15 @@ async def _analyze(url: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, smaller data")
-    parser.add_argument("--only", choices=["submit", "read", "replay"], action="append")
+    parser.add_argument("--only", choices=["submit", "read", "replay", "dispatch"],
+                        action="append")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
         return 1
     bench = Bench(args.quick)
     try:
-        for part in args.only or ["submit", "read", "replay"]:
+        for part in args.only or ["submit", "read", "replay", "dispatch"]:
             getattr(bench, f"{part}_figures")()
     finally:
         bench.close()
