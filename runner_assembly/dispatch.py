@@ -26,6 +26,7 @@ from ledger.task import (
     RESERVED,
     RUNNING,
     AttemptIds,
+    AttemptState,
     DispatchTask,
     FailMaterialization,
     FinishAttempt,
@@ -111,12 +112,7 @@ class Dispatcher:
         outcome = await self.writer.execute(command, ACTOR)
         state: TaskState = outcome.state
         attempt = state.attempt(attempt_id) if attempt_id else state.latest
-        assert attempt is not None
-        if outcome.events:
-            faults.crash_after_reserve(self.settings.faults)
-        if attempt.state == RESERVED:
-            await self.materialize(task_id, attempt.attempt_id, facts)
-        return outcome, attempt.attempt_id
+        return outcome, await self._resume(outcome, attempt, facts)
 
     async def retry(self, task_id: str, key: str, reason: str,
                     dry_run: bool) -> tuple[Outcome, str | None]:
@@ -124,17 +120,19 @@ class Dispatcher:
         facts = await self._facts(task_id)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         if dry_run:
-            outcome = await self.writer.plan(command)
-            self.check_dependencies(facts)
-            return outcome, None
+            return await self.writer.plan(command), None
         outcome = await self.writer.execute(command, ACTOR)
-        attempt = used_key(outcome.state, key)
+        return outcome, await self._resume(outcome, used_key(outcome.state, key), facts)
+
+    async def _resume(self, outcome: Outcome, attempt: AttemptState | None,
+                      facts: TaskFacts) -> str:
+        """Materialise the attempt a reservation (or its replay) points at, if still due."""
         assert attempt is not None
         if outcome.events:
             faults.crash_after_reserve(self.settings.faults)
         if attempt.state == RESERVED:
-            await self.materialize(task_id, attempt.attempt_id, facts)
-        return outcome, attempt.attempt_id
+            await self.materialize(facts.task_id, attempt.attempt_id, facts)
+        return attempt.attempt_id
 
     def check_dependencies(self, facts: TaskFacts) -> list[str]:
         """Missing keys of the profile secret (existence only)."""

@@ -66,3 +66,14 @@ def write_profile_secret(data_dir: Any, profile: str = "profile-1") -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for key in secret.keys:
         (folder / key).write_text(f'{{"token": "{SECRET_CANARY}"}}\n')
+
+
+async def replay_report(url: str) -> Any:
+    """Replay-verify the database at ``url`` on a connection of its own."""
+    from projections.replay import replay
+
+    conn = await asyncpg.connect(url)
+    try:
+        return await replay(conn)
+    finally:
+        await conn.close()

@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -30,7 +29,6 @@ from ledger.errors import DomainError, IdempotencyConflict, InvalidTransition, T
 from ledger.intake import submit_command
 from ledger.task import CancelTask
 from ledger.writer import LedgerWriter
-from projections.replay import replay
 from projections.store import project
 from runner_assembly.dispatch import Dispatcher
 from runner_assembly.drivers import (
@@ -44,7 +42,7 @@ from runner_assembly.drivers import (
     JobStatus,
 )
 from runner_assembly.settings import RunnerSettings
-from tests.support import snapshot, write_profile_secret
+from tests.support import replay_report, snapshot, write_profile_secret
 
 KEYS = st.sampled_from(["k1", "k2", "k3"])
 REASONS = st.sampled_from(["flaky", "fixed input"])
@@ -112,11 +110,7 @@ class AttemptMachine(RuleBasedStateMachine):
             self.loop.close()
 
     async def _replay_ok(self) -> None:
-        conn = await asyncpg.connect(self.database_url)
-        try:
-            report = await replay(conn)
-        finally:
-            await conn.close()
+        report = await replay_report(self.database_url)
         assert report.ok, report
 
     def attempt(self, task: dict[str, Any], attempt_id: str) -> dict[str, Any]:

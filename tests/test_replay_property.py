@@ -8,7 +8,6 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-import asyncpg
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -25,8 +24,8 @@ from ledger.errors import DomainError, InvalidTransition
 from ledger.intake import submit_command
 from ledger.task import CANCELLABLE, CancelTask, MarkTaskRead
 from ledger.writer import LedgerWriter
-from projections.replay import replay
 from projections.store import project
+from tests.support import replay_report
 
 READERS = st.sampled_from(["ann", "bob", "cy"])
 QUEUES = st.sampled_from(["alpha", "alpha/fast", "beta"])
@@ -147,11 +146,7 @@ class LedgerMachine(RuleBasedStateMachine):
             {tuple(r.values())[:4]: r["n"] for r in kept})
 
     async def _check_replay(self) -> None:
-        conn = await asyncpg.connect(self.database_url)
-        try:
-            report = await replay(conn)
-        finally:
-            await conn.close()
+        report = await replay_report(self.database_url)
         assert report.ok, report
 
 
