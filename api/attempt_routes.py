@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
 from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_200_OK
+from prometheus_client import Counter
 
 from api import views, wire
 from api.body import read_body
+from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.queue_routes import DryRunFlag, Limit, TaskId, task_detail
-from ledger.errors import NotFound
+from ledger.errors import DomainError, NotFound
 from ledger.intake import payload_hash
 from projections import queries
 from runner_assembly.capability import work_ready_summary
@@ -25,19 +29,22 @@ class AttemptController(Controller):
     path = "/api/v1/queue/tasks/{task_id:str}"
     tags = ("queue",)
 
-    @post("/dispatch", status_code=HTTP_200_OK)
+    @post("/dispatch", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def dispatch(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
         body = await read_body(request, wire.DispatchBody, empty_ok=True)
         dispatcher: Dispatcher = state.dispatcher
-        outcome, _ = await dispatcher.dispatch(task_id, body.attempt_id, dry_run)
-        if dry_run:
-            return views.plan("dispatch", task_id, outcome.before, outcome.state,
-                              outcome.events, workReady=work_ready_summary())
-        return await task_detail(state, task_id, work_ready_summary())
+        with counted(state.metrics.dispatches, dry_run) as outcome_of:
+            outcome, _ = await dispatcher.dispatch(task_id, body.attempt_id, dry_run)
+            if dry_run:
+                return views.plan("dispatch", task_id, outcome.before, outcome.state,
+                                  outcome.events, workReady=work_ready_summary())
+            detail = await task_detail(state, task_id, work_ready_summary())
+            outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
+            return detail
 
-    @post("/refresh", status_code=HTTP_200_OK)
+    @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def refresh(self, state: State, task_id: TaskId,
                       dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Write the core run's terminal state back to the task; no-op while it runs."""
@@ -50,7 +57,7 @@ class AttemptController(Controller):
                               outcome.events)
         return await task_detail(state, task_id) if outcome is not None else detail
 
-    @get("/attempts")
+    @get("/attempts", responses=READ_ERRORS)
     async def attempts(
         self, state: State, task_id: TaskId,
         cursor: Annotated[int, QueryParameter(ge=0, le=1_000_000)] = 0, limit: Limit = 50,
@@ -63,7 +70,7 @@ class AttemptController(Controller):
         return wire.AttemptList(items=items, next_cursor=page.next_cursor,
                                 change_seq=page.high_water)
 
-    @post("/retry", status_code=HTTP_200_OK)
+    @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def retry(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
                     dry_run: DryRunFlag = False) -> wire.Attempt | wire.DryRun:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6)."""
@@ -71,10 +78,13 @@ class AttemptController(Controller):
         dispatcher: Dispatcher = state.dispatcher
         if dry_run or body.dry_run:
             return await self._plan_retry(state, task_id, body)
-        _, attempt_id = await dispatcher.retry(task_id, body.idempotency_key, body.reason,
-                                               False)
-        assert attempt_id is not None
-        return await _attempt(state, attempt_id)
+        with counted(state.metrics.retries, False) as outcome_of:
+            _, attempt_id = await dispatcher.retry(task_id, body.idempotency_key, body.reason,
+                                                   False)
+            assert attempt_id is not None
+            attempt = await _attempt(state, attempt_id)
+            outcome_of(attempt.state)
+            return attempt
 
     async def _plan_retry(self, state: State, task_id: str,
                           body: wire.RetryBody) -> wire.DryRun:
@@ -91,6 +101,20 @@ class AttemptController(Controller):
             payloadHashVerified=payload_hash(contract) == row.payload_hash,
             replayOf=replayed.attempt_id if replayed else None,
             missingSecretKeys=dispatcher.check_dependencies(facts))
+
+
+@contextmanager
+def counted(counter: Counter, dry_run: bool) -> Iterator[Callable[[str], None]]:
+    """Count one call by outcome: the attempt state it left, or the error code it raised."""
+    def outcome_of(label: str) -> None:
+        if not dry_run:
+            counter.labels(label).inc()
+
+    try:
+        yield outcome_of
+    except DomainError as error:
+        outcome_of(error.code)
+        raise
 
 
 async def _attempt(state: State, attempt_id: str) -> wire.Attempt:

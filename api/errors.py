@@ -8,7 +8,9 @@ from typing import Any
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import ResponseSpec
 
+from api.wire import ErrorEnvelope
 from ledger.errors import DomainError
 from ledger.redaction import redact, redact_text
 
@@ -48,6 +50,20 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None,
         status_code=status or STATUS_BY_CODE.get(code, 400),
         media_type="application/json",
     )
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI: these statuses answer with the error envelope."""
+    return {status: ResponseSpec(data_container=ErrorEnvelope, description=_DESCRIPTIONS[status])
+            for status in statuses}
+
+
+_DESCRIPTIONS = {400: "invalid-request or schema-invalid", 404: "not-found",
+                 405: "method-not-allowed", 409: "a conflict with the current state",
+                 413: "payload-too-large", 422: "refused for an assembly reason",
+                 503: "infra-failed"}
+READ_ERRORS = error_responses(400, 404, 503)
+WRITE_ERRORS = error_responses(400, 404, 409, 413, 422, 503)
 
 
 def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:

@@ -1,18 +1,46 @@
-"""``GET /api/v1/health``: liveness plus the database answer and the ledger high-water mark."""
+"""Liveness (``/api/v1/health``), readiness (``/api/v1/ready``) and ``/metrics``."""
 
 from __future__ import annotations
 
-from litestar import get
+from litestar import Response, get
 from litestar.datastructures import State
 
 from api import wire
+from api.errors import READ_ERRORS
+from ledger.errors import LedgerUnavailable
+from ledger.migrate import pending_migrations
 from projections import queries
+from runner_assembly.capability import VERSION, work_ready_summary
 
-VERSION = "0.1.0"
+__all__ = ["VERSION", "health", "metrics", "ready"]
 
 
-@get("/api/v1/health", tags=["health"])
+@get("/api/v1/health", tags=["health"], responses=READ_ERRORS)
 async def health(state: State) -> wire.Health:
     """The service is up and its database answers."""
     return wire.Health(status="ok", version=VERSION, database="ok",
-                       change_seq=await queries.high_water(state.pool))
+                       change_seq=await queries.high_water(state.pool),
+                       work_ready=work_ready_summary())
+
+
+@get("/api/v1/ready", tags=["health"], responses=READ_ERRORS)
+async def ready(state: State) -> wire.Health:
+    """Ready to serve: the database answers and every migration is applied."""
+    try:
+        async with state.pool.acquire() as conn:
+            pending = await pending_migrations(conn)
+            change_seq = await queries.high_water(conn)
+    except (OSError, LedgerUnavailable) as error:
+        raise LedgerUnavailable("the database does not answer") from error
+    if pending:
+        raise LedgerUnavailable("migrations are pending: run `svc db migrate`",
+                                pending=[m.name for m in pending])
+    return wire.Health(status="ready", version=VERSION, database="ok", change_seq=change_seq,
+                       work_ready=work_ready_summary(), migrations="current")
+
+
+@get("/metrics", tags=["health"], include_in_schema=False)
+async def metrics(state: State) -> Response[bytes]:
+    """Prometheus metrics."""
+    return Response(content=state.metrics.render(),
+                    media_type="text/plain; version=0.0.4; charset=utf-8")

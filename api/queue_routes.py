@@ -12,6 +12,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import views, wire
 from api.body import read_body
+from api.errors import READ_ERRORS, WRITE_ERRORS
 from ledger import intake
 from ledger.errors import NotFound
 from ledger.redaction import redact_text
@@ -20,7 +21,8 @@ from ledger.writer import LedgerWriter
 from projections import queries
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500)]
-TaskId = Annotated[str, PathParameter(min_length=1, max_length=128)]
+TaskId = Annotated[str, PathParameter(min_length=1, max_length=128,
+                                       pattern=wire.IDENTIFIER_PATTERN)]
 QueueQuery = Annotated[str | None, QueryParameter(name="queue", max_length=128,
                                               pattern=wire.QUEUE_PATTERN)]
 ReaderQuery = Annotated[str | None, QueryParameter(name="readerId", max_length=128,
@@ -61,7 +63,7 @@ class QueueController(Controller):
     path = "/api/v1/queue"
     tags = ("queue",)
 
-    @post("/tasks", status_code=HTTP_201_CREATED)
+    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
     async def submit(self, request: Request[Any, Any, Any], state: State,
                      dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
         """Submit a task: validates the contract and stores it; never schedules."""
@@ -76,7 +78,7 @@ class QueueController(Controller):
         await state.writer.execute(command, ACTOR)
         return Response(await task_detail(state, command.task_id), status_code=HTTP_201_CREATED)
 
-    @get("/tasks")
+    @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(
         self, state: State, queue: QueueQuery = None,
         task_state: Annotated[wire.TaskStateName | None, QueryParameter(name="state")] = None,
@@ -89,12 +91,13 @@ class QueueController(Controller):
                                         cursor=cursor, limit=limit, updated_after=updated_after)
         return views.task_list(page, state.settings.timeout_budgets)
 
-    @get("/tasks/{task_id:str}")
+    @get("/tasks/{task_id:str}", responses=READ_ERRORS)
     async def show(self, state: State, task_id: TaskId) -> wire.TaskDetail:
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
         return await task_detail(state, task_id)
 
-    @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK)
+    @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK,
+          responses=WRITE_ERRORS)
     async def cancel(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -102,19 +105,19 @@ class QueueController(Controller):
         reason = redact_text(body.reason) if body.reason else None
         return await _mutate(state, "cancel", CancelTask(task_id, reason), dry_run)
 
-    @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK)
+    @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def read(self, request: Request[Any, Any, Any], state: State, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
         body = await read_body(request, wire.ReadBody)
         return await _mutate(state, "read", MarkTaskRead(task_id, body.reader_id), dry_run)
 
-    @get("/stats")
+    @get("/stats", responses=READ_ERRORS)
     async def stats(self, state: State, queue: QueueQuery = None) -> wire.QueueStats:
         """Task counts by queue, lane, state and backend profile."""
         return views.queue_stats(queue, await queries.stats(state.pool, queue))
 
-    @get("/commander")
+    @get("/commander", responses=READ_ERRORS)
     async def commander(
         self, state: State, queue: QueueQuery = None,
         reader_id: ReaderQuery = None,

@@ -9,15 +9,17 @@ from litestar.datastructures import State
 from litestar.params import PathParameter
 
 from api import wire
+from api.errors import READ_ERRORS
 from ledger.errors import NotFound
 from projections import queries
 
 _STATE = {"created": "starting", "running": "running"}
 
 
-@get("/api/v1/sessions/{session_id:str}", tags=["sessions"])
+@get("/api/v1/sessions/{session_id:str}", tags=["sessions"], responses=READ_ERRORS)
 async def show_session(
-    state: State, session_id: Annotated[str, PathParameter(min_length=1, max_length=128)]
+    state: State, session_id: Annotated[str, PathParameter(
+        min_length=1, max_length=128, pattern=wire.IDENTIFIER_PATTERN)]
 ) -> wire.Session:
     """sessionId, conversationId, threadId, state and backend profile of a session."""
     row = await queries.get_session(state.pool, session_id)

@@ -230,10 +230,26 @@ class DryRun(msgspec.Struct, rename="camel"):
     plan: JsonObject
 
 
-class Health(msgspec.Struct, rename="camel"):
-    """Liveness answer."""
+class Health(msgspec.Struct, rename="camel", kw_only=True):
+    """Liveness and readiness answer, with the work-ready capability summary."""
 
     status: str
     version: str
     database: str
     change_seq: int
+    work_ready: JsonObject
+    migrations: str | None = None
+
+
+class ErrorBody(msgspec.Struct):
+    """The error itself: a stable kebab-case code, one line of message, details."""
+
+    code: str
+    message: str
+    details: JsonObject
+
+
+class ErrorEnvelope(msgspec.Struct):
+    """Every failure answers with this (DESIGN.md 5)."""
+
+    error: ErrorBody

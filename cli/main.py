@@ -9,6 +9,7 @@ from cyclopts import App
 
 from api.health import VERSION
 from cli.admin import db_app, ledger_app
+from cli.manifest_cmd import manifest_app
 from cli.queue_cmd import queue_app
 from cli.serve import serve
 
@@ -22,6 +23,7 @@ app.command(serve)
 app.command(queue_app)
 app.command(db_app)
 app.command(ledger_app)
+app.command(manifest_app)
 
 
 def run() -> None:

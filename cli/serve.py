@@ -62,6 +62,7 @@ def serve(
     import uvicorn
 
     from api.app import create_app
+    from api.observability import configure_logging
     from ledger.database import data_dir, resolve_database_url
     from runner_assembly.settings import RunnerSettings
 
@@ -80,6 +81,7 @@ def serve(
         render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
                    "(reference backend only)")
     render.out(QUICK_START.format(api=api))
+    configure_logging()
     uvicorn.run(create_app(url, settings=settings), host=host, port=port, log_level="warning",
-                access_log=False)
+                access_log=False, log_config=None)
     return 0

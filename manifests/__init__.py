@@ -1,2 +1,2 @@
-"""Deployment manifests (to come): the SPEC 2.12 JSON Schema, its validator, examples and the
-Kubernetes manifests that deploy the service itself."""
+"""Deployment manifests: the SPEC 2.12 format (msgspec Structs and the JSON Schema generated
+from them), its validator, examples, and the Kubernetes manifests deploying the service."""

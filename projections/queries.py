@@ -106,7 +106,7 @@ async def get_task(
     return row_from_record(record), _object_decoder.decode(record["contract"])
 
 
-async def high_water(pool: asyncpg.Pool) -> int:
+async def high_water(pool: Queryable) -> int:
     """The last committed changeSeq."""
     value = await pool.fetchval(SQL["high_water"])
     return int(value)

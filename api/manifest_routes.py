@@ -1,0 +1,36 @@
+"""``POST /api/v1/manifests/validate``: check a deployment manifest (JSON body)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, post
+from litestar.status_codes import HTTP_200_OK
+
+from api.body import read_body
+from api.errors import WRITE_ERRORS
+from manifests.validate import violations
+
+
+class ManifestViolation(msgspec.Struct):
+    """One broken rule."""
+
+    path: str
+    message: str
+
+
+class ManifestReport(msgspec.Struct):
+    """Whether the manifest is valid, and every violation."""
+
+    valid: bool
+    violations: list[ManifestViolation]
+
+
+@post("/api/v1/manifests/validate", status_code=HTTP_200_OK, tags=["manifests"],
+      responses=WRITE_ERRORS)
+async def validate_manifest(request: Request[Any, Any, Any]) -> ManifestReport:
+    """Validate the manifest in the body; a malformed body is ``invalid-request``."""
+    document = await read_body(request, Any)
+    found = [ManifestViolation(v.path, v.message) for v in violations(document)]
+    return ManifestReport(valid=not found, violations=found)

