@@ -93,7 +93,7 @@ class AttemptController(Controller):
         found = await queries.get_task(state.pool, task_id)
         assert found is not None
         row, contract = found
-        facts = await dispatcher._facts(task_id)
+        facts = await dispatcher.facts(task_id)
         replayed = next((a for a in outcome.before.attempts
                          if a.idempotency_key == body.idempotency_key), None)
         return views.plan(

@@ -22,6 +22,7 @@ from ledger.errors import NotFound
 from ledger.ids import new_id
 from ledger.redaction import redact_text
 from ledger.run import CreateRun, FinishRun, RecordRunnerJob
+from ledger.sqlfile import load_queries
 from ledger.task import (
     RESERVED,
     RUNNING,
@@ -42,6 +43,7 @@ from runner_assembly.profiles import PROFILE_SECRETS
 from runner_assembly.secret_store import FileSecretStore
 from runner_assembly.settings import RunnerSettings
 
+SQL = load_queries("runner_assembly", "dispatch.sql")
 MAX_FAILURE_MESSAGE = 500
 ACTOR = "dispatcher"
 
@@ -80,10 +82,9 @@ class Dispatcher:
         self.settings = settings
         self.secrets = FileSecretStore(settings.secrets_dir)
 
-    async def _facts(self, task_id: str) -> TaskFacts:
-        record = await self.pool.fetchrow(
-            "SELECT t.backend_profile, c.contract::text AS contract FROM task_summary t"
-            " JOIN task_contract c USING (task_id) WHERE task_id = $1", task_id)
+    async def facts(self, task_id: str) -> TaskFacts:
+        """What materialisation needs to know about a task, from its projections."""
+        record = await self.pool.fetchrow(SQL["task_facts"], task_id)
         if record is None:
             raise NotFound(f"task {task_id} not found", taskId=task_id)
         contract = msgspec.json.decode(record["contract"])
@@ -104,7 +105,7 @@ class Dispatcher:
     async def dispatch(self, task_id: str, attempt_id: str | None,
                        dry_run: bool) -> tuple[Outcome, str | None]:
         """Reserve (or find) the attempt, then materialise it; return it with the outcome."""
-        facts = await self._facts(task_id)
+        facts = await self.facts(task_id)
         command = DispatchTask(task_id, self._new_ids(facts, attempt_id),
                                named=attempt_id is not None)
         if dry_run:
@@ -117,7 +118,7 @@ class Dispatcher:
     async def retry(self, task_id: str, key: str, reason: str,
                     dry_run: bool) -> tuple[Outcome, str | None]:
         """Reserve a new attempt under ``key`` (or find the one it reserved), materialise it."""
-        facts = await self._facts(task_id)
+        facts = await self.facts(task_id)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         if dry_run:
             return await self.writer.plan(command), None
@@ -146,46 +147,34 @@ class Dispatcher:
                  else f"run/{run_id}/{attempt_id}")
         key = lock_key(scope)
         async with self.fence_pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock($1)", key)
+            await conn.execute(SQL["lock"], key)
             try:
                 yield conn
             finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", key)
+                await conn.execute(SQL["unlock"], key)
 
     async def _take_capacity(self, conn: DbConnection) -> bool:
         """Compare-and-swap one slot of the namespace's capacity, reclaiming finished jobs."""
         namespace = self.settings.namespace
-        await conn.execute(
-            "INSERT INTO runner_capacity (namespace, max_jobs, active_jobs) VALUES ($1, $2, 0)"
-            " ON CONFLICT (namespace) DO NOTHING", namespace, self.settings.retention_capacity)
+        await conn.execute(SQL["ensure_capacity"], namespace, self.settings.retention_capacity)
         for _ in range(2):
-            taken = await conn.fetchval(
-                "UPDATE runner_capacity SET active_jobs = active_jobs + 1"
-                " WHERE namespace = $1 AND active_jobs < max_jobs RETURNING active_jobs",
-                namespace)
+            taken = await conn.fetchval(SQL["take_capacity"], namespace)
             if taken is not None:
                 return True
-            seen = await conn.fetchval(
-                "SELECT active_jobs FROM runner_capacity WHERE namespace = $1", namespace)
-            live = await conn.fetchval(
-                "SELECT count(*) FROM runner_job_record WHERE status = 'running'")
-            await conn.execute(
-                "UPDATE runner_capacity SET active_jobs = $2"
-                " WHERE namespace = $1 AND active_jobs = $3", namespace, live, seen)
+            seen = await conn.fetchval(SQL["capacity_seen"], namespace)
+            live = await conn.fetchval(SQL["running_jobs"])
+            await conn.execute(SQL["reclaim_capacity"], namespace, live, seen)
         return False
 
     async def materialize(self, task_id: str, attempt_id: str,
                           facts: TaskFacts | None = None) -> None:
         """Create the attempt's run and runner job (or adopt them); record the outcome."""
-        facts = facts or await self._facts(task_id)
-        row = await self.pool.fetchrow(
-            "SELECT run_id, command_id, runner_job_id, session_id, backend_profile"
-            " FROM attempt_summary WHERE attempt_id = $1", attempt_id)
+        facts = facts or await self.facts(task_id)
+        row = await self.pool.fetchrow(SQL["attempt_row"], attempt_id)
         if row is None:
             raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
         async with self.fence(row["run_id"], attempt_id) as conn:
-            state = await self.pool.fetchval(
-                "SELECT state FROM attempt_summary WHERE attempt_id = $1", attempt_id)
+            state = await self.pool.fetchval(SQL["attempt_state"], attempt_id)
             if state != RESERVED:
                 return  # another caller finished it while we waited at the fence
             await self._create_run(task_id, attempt_id, row, facts)
@@ -241,10 +230,7 @@ class Dispatcher:
 
     async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
         """Write the core terminal state of the latest attempt back; None when nothing to do."""
-        row = await self.pool.fetchrow(
-            "SELECT a.attempt_id, a.run_id, a.runner_job_id, a.state FROM task_summary t"
-            " JOIN attempt_summary a ON a.attempt_id = t.latest_attempt->>'attemptId'"
-            " WHERE t.task_id = $1", task_id)
+        row = await self.pool.fetchrow(SQL["latest_attempt_of_task"], task_id)
         if row is None or row["state"] != RUNNING:
             return None
         status = await self.driver.status(row["runner_job_id"])
