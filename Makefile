@@ -30,6 +30,8 @@ test-pg15: $(STAMP)
 	bash scripts/with-pg15.sh $(BIN)/pytest -q
 
 bench: $(STAMP)
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq >/dev/null \
+		&& apt-get install -y -qq wrk >/dev/null; } || { echo "make bench needs wrk" >&2; exit 1; }
 	$(BIN)/python -m tests.benchmarks.run
 
 clean:
