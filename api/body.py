@@ -37,6 +37,14 @@ def decode(raw: bytes, kind: type[T], *, empty_ok: bool) -> T:
     return value
 
 
+def convert(value: Any, kind: type[T]) -> T:
+    """Convert decoded JSON into ``kind`` or raise ``invalid-request`` naming the problem."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as error:
+        raise InvalidRequest(f"invalid body: {error}") from None
+
+
 async def read_body(request: Request[Any, Any, Any], kind: type[T], *, empty_ok: bool = False) -> T:
     """Read and strictly decode the request body."""
     return decode(await request.body(), kind, empty_ok=empty_ok)

@@ -11,7 +11,7 @@ from litestar.params import PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import views, wire
-from api.body import read_body
+from api.body import convert, read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from ledger import intake
 from ledger.errors import NotFound
@@ -19,6 +19,7 @@ from ledger.redaction import redact_text
 from ledger.task import RUNNING, CancelTask, MarkTaskRead, TaskCommand
 from ledger.writer import LedgerWriter
 from projections import queries
+from runner_assembly import model as assembly
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500)]
 TaskId = Annotated[str, PathParameter(min_length=1, max_length=128,
@@ -67,7 +68,10 @@ class QueueController(Controller):
     async def submit(self, request: Request[Any, Any, Any], state: State,
                      dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
         """Submit a task: validates the contract and stores it; never schedules."""
-        body = await read_body(request, wire.SubmitBody)
+        raw = await read_body(request, Any)
+        assembly.reject_old_inputs(raw)
+        body = convert(raw, wire.SubmitBody)
+        assembly.check(body.resource_bundle_ref, body.execution_policy)
         command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR)
         if dry_run:
             outcome = await state.writer.plan(command)

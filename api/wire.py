@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from ledger.task import TASK_STATES
+from runner_assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
@@ -45,11 +46,11 @@ class SubmitBody(Camel, frozen=True):
     payload: TaskPayload
     priority: Priority = 50
     backend_profile: BackendProfile | None = None
-    workspace_ref: JsonObject | None = None
-    resource_bundle_ref: JsonObject | None = None
-    session_ref: JsonObject | None = None
-    execution_policy: JsonObject | None = None
-    references: list[JsonObject] | None = None
+    workspace_ref: model.WorkspaceRef | None = None
+    resource_bundle_ref: model.ResourceBundleRef | None = None
+    session_ref: model.SessionRef | None = None
+    execution_policy: model.ExecutionPolicy | None = None
+    references: Annotated[list[JsonObject], Meta(max_length=64)] | None = None
     metadata: JsonObject | None = None
 
 

@@ -37,7 +37,8 @@ async def test_submit_accepts_every_optional_field(client: Any) -> None:
     body = task_body(
         queue="main/fast", priority=7, backendProfile="profile-4",
         workspaceRef={"repoUrl": "https://example.org/r.git", "branch": "main"},
-        resourceBundleRef={"kind": "gitbundle"}, sessionRef=None,
+        resourceBundleRef={"kind": "gitbundle", "repoUrl": "https://example.org/b.git"},
+        sessionRef=None,
         executionPolicy={"secretScope": {}}, references=[{"kind": "issue", "id": "42"}],
         metadata={"big": 10**30, "ratio": 0.5, "nested": {"ok": [1, 2]}},
     )

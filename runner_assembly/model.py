@@ -1,0 +1,234 @@
+"""The runtime assembly model (SPEC 2.7-2.10, 5.2, 8): the four elements, run policy, tool
+credentials and transient env, as msgspec Structs with exact wire names, plus the rules a
+type cannot state (paths, projections), checked in :func:`check`.
+
+No field outside the model is accepted; there is no field for a caller-supplied image string.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from ledger.errors import DomainError
+
+FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
+K8sName = Annotated[str, Meta(min_length=1, max_length=253,
+                              pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+SecretKey = Annotated[str, Meta(min_length=1, max_length=253, pattern=r"^[-._A-Za-z0-9]+$")]
+EnvName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Z_][A-Z0-9_]*$")]
+Text = Annotated[str, Meta(min_length=1, max_length=2048)]
+Profile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
+OLD_BUNDLE_INPUTS = ("toolAliases", "skillRefs", "workspaceFiles", "subdirs", "sparsePaths",
+                     "gitMirror")
+EXT_SSH_ENDPOINTS = ("EXT_MAIN_SERVER_IP", "EXT_MAIN_SERVER_HOST", "EXT_FRONTEND_URL")
+SSH_KEYS = ("id_ed25519", "known_hosts", "config")
+VOLUME_ROOT = "/home/svc/"
+
+
+class SchemaInvalid(DomainError):
+    """The request uses a field or value the runtime assembly model forbids."""
+
+    code = "schema-invalid"
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """No field outside the model."""
+
+
+class SecretRef(Strict, frozen=True):
+    """A secret by reference: name and keys, never values."""
+
+    name: K8sName
+    keys: Annotated[list[SecretKey], Meta(min_length=1, max_length=16)]
+    namespace: K8sName | UnsetType = UNSET
+
+
+class ImageSource(Strict, frozen=True):
+    """Where an environment image is built from."""
+
+    kind: Literal["env-image-dockerfile"]
+    repoUrl: Text
+    commitId: FullCommit
+    dockerfilePath: Text
+
+
+class BackendImageRef(Strict, frozen=True):
+    """Image source and the resolved, digest-pinned image (resolved by the manager)."""
+
+    source: ImageSource
+    image: Annotated[str, Meta(pattern=r"^[^\s@]+@sha256:[0-9a-f]{64}$")] | UnsetType = UNSET
+
+
+class ProfileRef(Strict, frozen=True):
+    """A provider profile and its secret reference."""
+
+    profile: Profile
+    secretRef: SecretRef
+
+
+class SessionRef(Strict, frozen=True):
+    """A persisted backend session; ``threadId`` is the only thread identity."""
+
+    sessionId: Annotated[str, Meta(min_length=1, max_length=128)]
+    conversationId: Annotated[str, Meta(min_length=1, max_length=128)]
+    threadId: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
+
+
+class Bundle(Strict, frozen=True):
+    """One part of a git bundle; missing repo/ref/commit inherit the top-level values."""
+
+    subpath: Text
+    target_path: Text
+    name: Text | UnsetType = UNSET
+    repoUrl: Text | UnsetType = UNSET
+    ref: Text | UnsetType = UNSET
+    commitId: FullCommit | UnsetType = UNSET
+
+
+class PromptRef(Strict, frozen=True):
+    """A stable initial prompt in the bundle, injected when a thread starts."""
+
+    name: Text
+    path: Text
+    inject: Literal["thread-start"] = "thread-start"
+    required: bool = False
+
+
+class RequiredSkill(Strict, frozen=True):
+    """A skill the run needs (declarative)."""
+
+    name: Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
+
+
+class ResourceBundleRef(Strict, frozen=True):
+    """Initial code and files, tools, skills and prompts, from git."""
+
+    kind: Literal["gitbundle"]
+    repoUrl: Text
+    bundles: Annotated[list[Bundle], Meta(max_length=64)] = []
+    ref: Text | UnsetType = UNSET
+    commitId: FullCommit | UnsetType = UNSET
+    promptRefs: Annotated[list[PromptRef], Meta(max_length=32)] = []
+    requiredSkills: Annotated[list[RequiredSkill], Meta(max_length=64)] = []
+    credentialRef: SecretRef | UnsetType = UNSET
+
+
+class EnvProjection(Strict, frozen=True, tag="env", tag_field="kind"):
+    """Project one secret key into an environment variable."""
+
+    envName: EnvName
+
+
+class VolumeProjection(Strict, frozen=True, tag="volume", tag_field="kind"):
+    """Mount the secret read-only below ``/home/svc/``."""
+
+    mountPath: Text
+
+
+class ToolCredential(Strict, frozen=True):
+    """A tool credential: reference, tool, purpose and projection intent only."""
+
+    tool: Literal["git-host", "ext-ssh"]
+    purpose: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")]
+    secretRef: SecretRef
+    projection: EnvProjection | VolumeProjection
+
+
+class SecretScope(Strict, frozen=True):
+    """Which secrets the run may use."""
+
+    providerCredentials: Annotated[list[SecretRef], Meta(max_length=4)] = []
+    toolCredentials: Annotated[list[ToolCredential], Meta(max_length=16)] = []
+
+
+class ExecutionPolicy(Strict, frozen=True):
+    """Execution policy of a run."""
+
+    secretScope: SecretScope | UnsetType = UNSET
+
+
+class WorkspaceRef(Strict, frozen=True):
+    """The workspace; external workbench fields live only in ``metadata``."""
+
+    repoUrl: Text | UnsetType = UNSET
+    branch: Annotated[str, Meta(min_length=1, max_length=255)] | UnsetType = UNSET
+    metadata: dict[str, Any] | UnsetType = UNSET
+
+
+TransientEnv = Annotated[dict[EnvName, Annotated[str, Meta(max_length=4096)]],
+                         Meta(max_length=64)]
+
+_ENCODED_DOTS = re.compile(r"%2e", re.IGNORECASE)
+
+
+def check_relative_path(value: str, field: str) -> None:
+    """A bundle-relative path: not absolute, no ``..`` segment (also URL-encoded), no NUL."""
+    decoded = _ENCODED_DOTS.sub(".", value)
+    parts = decoded.replace("\\", "/").split("/")
+    if "\x00" in value or decoded.startswith("/") or ".." in parts:
+        raise SchemaInvalid(f"{field} must be a relative path inside the bundle", field=field)
+
+
+def check_projection(credential: ToolCredential, index: int) -> None:
+    """SPEC 5.2 rules 4-5 for one tool credential."""
+    field = f"executionPolicy.secretScope.toolCredentials[{index}]"
+    projection, keys = credential.projection, credential.secretRef.keys
+    if isinstance(projection, VolumeProjection):
+        path = projection.mountPath
+        if not path.startswith(VOLUME_ROOT) or ".." in path.split("/") or "\x00" in path:
+            raise SchemaInvalid(f"{field}.projection.mountPath must be below {VOLUME_ROOT}"
+                                " without ..", field=field)
+        if credential.purpose == "git-host-ssh" and (
+                path.rstrip("/") != "/home/svc/.ssh" or sorted(keys) != sorted(SSH_KEYS)):
+            raise SchemaInvalid(f"{field}: the code-host SSH purpose mounts keys "
+                                f"{', '.join(SSH_KEYS)} at /home/svc/.ssh", field=field)
+        return
+    expected = {"git-host": "GIT_HOST_TOKEN", "ext-ssh": "EXT_SSH_CLIENT_TOKEN"}[credential.tool]
+    if credential.tool == "git-host" and credential.purpose != "pull-request":
+        raise SchemaInvalid(f"{field}: git-host env projection is for purpose pull-request",
+                            field=field)
+    if projection.envName != expected or keys != [expected]:
+        raise SchemaInvalid(f"{field}: {credential.tool} projects only key {expected} into "
+                            f"env {expected}", field=field)
+
+
+def check(resource_bundle: ResourceBundleRef | None,
+          policy: ExecutionPolicy | None) -> None:
+    """The rules no type can state; raises ``schema-invalid``."""
+    if resource_bundle is not None:
+        for i, bundle in enumerate(resource_bundle.bundles):
+            check_relative_path(bundle.subpath, f"resourceBundleRef.bundles[{i}].subpath")
+            check_relative_path(bundle.target_path,
+                                f"resourceBundleRef.bundles[{i}].target_path")
+        for i, prompt in enumerate(resource_bundle.promptRefs):
+            check_relative_path(prompt.path, f"resourceBundleRef.promptRefs[{i}].path")
+    scope = policy.secretScope if policy is not None else UNSET
+    if isinstance(scope, SecretScope):
+        for i, credential in enumerate(scope.toolCredentials):
+            check_projection(credential, i)
+
+
+def reject_old_inputs(raw: Any) -> None:
+    """Old resource-bundle inputs and a request-body ``gitMirror`` are ``schema-invalid``."""
+    bundle = raw.get("resourceBundleRef") if isinstance(raw, dict) else None
+    if isinstance(bundle, dict):
+        for old in OLD_BUNDLE_INPUTS:
+            if old in bundle:
+                raise SchemaInvalid(f"resourceBundleRef.{old} is an old input and is not "
+                                    "accepted", field=f"resourceBundleRef.{old}")
+
+
+def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dict[str, str],
+                              defaults: dict[str, str]) -> None:
+    """SPEC 5.2 rule 6: a run asking for ``ext-ssh`` needs an endpoint from the caller's
+    transientEnv or the manager's controlled defaults; otherwise ``schema-invalid``."""
+    scope = policy.secretScope if policy is not None else UNSET
+    wants = isinstance(scope, SecretScope) and any(
+        c.tool == "ext-ssh" for c in scope.toolCredentials)
+    if wants and not any(transient_env.get(k) or defaults.get(k) for k in EXT_SSH_ENDPOINTS):
+        raise SchemaInvalid("ext-ssh needs one of " + ", ".join(EXT_SSH_ENDPOINTS),
+                            field="transientEnv")

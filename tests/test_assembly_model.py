@@ -1,0 +1,153 @@
+"""The runtime assembly model (SPEC 2.7-2.10, 5.2, 8) as enforced at submit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ledger.errors import DomainError
+from runner_assembly import model
+from runner_assembly.profiles import PROFILE_SECRETS, canonical_profile
+from tests.support import snapshot, task_body
+
+TASKS = "/api/v1/queue/tasks"
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def bundle(**overrides: Any) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "kind": "gitbundle", "repoUrl": "https://example.org/canary.git", "ref": "main",
+        "commitId": SHA,
+        "bundles": [{"subpath": "tools", "target_path": "tools"},
+                    {"subpath": "skills", "target_path": ".agents/skills"}],
+        "promptRefs": [{"name": "system", "path": "prompts/system.md", "required": True}],
+        "requiredSkills": [{"name": "review"}],
+        "credentialRef": {"name": "repo-read", "keys": ["token"]},
+    }
+    value.update(overrides)
+    return value
+
+
+def tool(tool_name: str, purpose: str, keys: list[str], projection: dict[str, Any]) -> Any:
+    return {"secretScope": {"toolCredentials": [{
+        "tool": tool_name, "purpose": purpose,
+        "secretRef": {"namespace": "svc-v01", "name": "tool-secret", "keys": keys},
+        "projection": projection}]}}
+
+
+GOOD_POLICIES = [
+    tool("git-host", "pull-request", ["GIT_HOST_TOKEN"],
+         {"kind": "env", "envName": "GIT_HOST_TOKEN"}),
+    tool("ext-ssh", "ssh-passthrough", ["EXT_SSH_CLIENT_TOKEN"],
+         {"kind": "env", "envName": "EXT_SSH_CLIENT_TOKEN"}),
+    tool("git-host", "git-host-ssh", ["id_ed25519", "known_hosts", "config"],
+         {"kind": "volume", "mountPath": "/home/svc/.ssh"}),
+    {"secretScope": {"providerCredentials": [
+        {"name": "svc-v01-provider-profile-1", "keys": ["auth.json", "config.toml"]}]}},
+]
+
+
+async def test_a_full_assembly_contract_is_accepted_and_stored(client: Any) -> None:
+    body = task_body(resourceBundleRef=bundle(), executionPolicy=GOOD_POLICIES[0],
+                     workspaceRef={"repoUrl": "https://example.org/w.git", "branch": "main",
+                                   "metadata": {"workbench": "x"}},
+                     sessionRef={"sessionId": "ses_1", "conversationId": "cnv_1",
+                                 "threadId": None})
+    response = await client.post(TASKS, json=body)
+    assert response.status_code == 201, response.text
+    stored = response.json()["contract"]
+    assert stored["resourceBundleRef"]["bundles"][1]["target_path"] == ".agents/skills"
+    assert stored["resourceBundleRef"]["promptRefs"][0]["inject"] == "thread-start"
+
+
+@pytest.mark.parametrize("policy", GOOD_POLICIES)
+async def test_each_valid_tool_credential_shape_is_accepted(client: Any, policy: Any) -> None:
+    response = await client.post(TASKS, json=task_body(executionPolicy=policy))
+    assert response.status_code == 201, response.text
+
+
+REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    *[(f"old input {old}", {"resourceBundleRef": bundle(**{old: []})}, "schema-invalid")
+      for old in model.OLD_BUNDLE_INPUTS],
+    ("short commit pin", {"resourceBundleRef": bundle(commitId="0123abc")}, "invalid-request"),
+    ("short bundle pin", {"resourceBundleRef": bundle(bundles=[
+        {"subpath": "a", "target_path": "a", "commitId": "abc"}])}, "invalid-request"),
+    ("kind not gitbundle", {"resourceBundleRef": bundle(kind="tarball")}, "invalid-request"),
+    ("subpath escapes", {"resourceBundleRef": bundle(bundles=[
+        {"subpath": "../etc", "target_path": "x"}])}, "schema-invalid"),
+    ("absolute target_path", {"resourceBundleRef": bundle(bundles=[
+        {"subpath": "x", "target_path": "/abs"}])}, "schema-invalid"),
+    ("prompt with ..", {"resourceBundleRef": bundle(promptRefs=[
+        {"name": "p", "path": "a/../../b"}])}, "schema-invalid"),
+    ("absolute prompt", {"resourceBundleRef": bundle(promptRefs=[
+        {"name": "p", "path": "/etc/passwd"}])}, "schema-invalid"),
+    ("encoded dots", {"resourceBundleRef": bundle(promptRefs=[
+        {"name": "p", "path": "%2e%2e/secret"}])}, "schema-invalid"),
+    ("NUL in prompt path", {"resourceBundleRef": bundle(promptRefs=[
+        {"name": "p", "path": "a\u0000b"}])}, "invalid-request"),
+    ("inject on resume", {"resourceBundleRef": bundle(promptRefs=[
+        {"name": "p", "path": "p.md", "inject": "every-turn"}])}, "invalid-request"),
+    ("skill with a manifest", {"resourceBundleRef": bundle(requiredSkills=[
+        {"name": "s", "manifest": "inline"}])}, "invalid-request"),
+    ("volume outside /home/svc", {"executionPolicy": tool(
+        "git-host", "pull-request", ["k"], {"kind": "volume", "mountPath": "/etc/x"})},
+     "schema-invalid"),
+    ("volume with ..", {"executionPolicy": tool(
+        "git-host", "pull-request", ["k"],
+        {"kind": "volume", "mountPath": "/home/svc/../root"})}, "schema-invalid"),
+    ("git-host env name", {"executionPolicy": tool(
+        "git-host", "pull-request", ["GIT_HOST_TOKEN"],
+        {"kind": "env", "envName": "GITHUB_TOKEN"})}, "schema-invalid"),
+    ("ext-ssh with other keys", {"executionPolicy": tool(
+        "ext-ssh", "ssh-passthrough", ["PROVIDER_TOKEN"],
+        {"kind": "env", "envName": "EXT_SSH_CLIENT_TOKEN"})}, "schema-invalid"),
+    ("code-host ssh elsewhere", {"executionPolicy": tool(
+        "git-host", "git-host-ssh", ["id_ed25519", "known_hosts", "config"],
+        {"kind": "volume", "mountPath": "/home/svc/keys"})}, "schema-invalid"),
+    ("unknown tool", {"executionPolicy": tool(
+        "artifact-registry", "push", ["k"], {"kind": "env", "envName": "K"})},
+     "invalid-request"),
+    ("unknown projection kind", {"executionPolicy": tool(
+        "git-host", "pull-request", ["k"], {"kind": "file", "path": "/x"})},
+     "invalid-request"),
+    ("caller image string", {"backendImageRef": {"image": "evil:latest"}},
+     "invalid-request"),
+    ("unknown session field", {"sessionRef": {"sessionId": "s", "conversationId": "c",
+                                              "history": []}}, "invalid-request"),
+    ("workbench field at top of workspaceRef", {"workspaceRef": {"ticket": "X-1"}},
+     "invalid-request"),
+]
+
+
+@pytest.mark.parametrize(("case", "fields", "code"), REFUSED, ids=[c for c, _, _ in REFUSED])
+async def test_each_rule_is_enforced_and_nothing_changes(
+    client: Any, database_url: str, case: str, fields: dict[str, Any], code: str
+) -> None:
+    before = await snapshot(database_url)
+    response = await client.post(TASKS, json=task_body(**fields))
+    assert response.status_code == 400, (case, response.text)
+    assert response.json()["error"]["code"] == code, (case, response.text)
+    assert await snapshot(database_url) == before
+
+
+def test_the_profile_table_and_the_m3_alias() -> None:
+    assert canonical_profile("M3") == "profile-3"
+    assert PROFILE_SECRETS["profile-3"].name == "svc-v01-provider-profile-3"
+    assert PROFILE_SECRETS["profile-4"].keys == ("auth.json", "config.toml",
+                                                 "model-catalog.json")
+    assert all(PROFILE_SECRETS[p].keys[:2] == ("auth.json", "config.toml")
+               for p in PROFILE_SECRETS)
+
+
+def test_ext_ssh_needs_an_endpoint_from_the_caller_or_the_manager() -> None:
+    import msgspec
+
+    policy = msgspec.convert(GOOD_POLICIES[1], model.ExecutionPolicy)
+    with pytest.raises(DomainError) as refused:
+        model.requires_ext_ssh_endpoint(policy, {}, {})
+    assert refused.value.code == "schema-invalid"
+    model.requires_ext_ssh_endpoint(policy, {"EXT_FRONTEND_URL": "https://t.invalid"}, {})
+    model.requires_ext_ssh_endpoint(policy, {}, {"EXT_MAIN_SERVER_HOST": "main.invalid"})
+    other = msgspec.convert(GOOD_POLICIES[0], model.ExecutionPolicy)
+    model.requires_ext_ssh_endpoint(other, {}, {})  # no ext-ssh, no endpoint needed
