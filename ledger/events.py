@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 
-class TaskSubmitted(msgspec.Struct, frozen=True, tag="task-submitted", tag_field="type"):
-    """A task entered a queue; ``contract`` is the redacted submitted body."""
+class NewTask(msgspec.Struct, frozen=True):
+    """What a new task is made of: shared by the submit command and its event."""
 
     task_id: str
     tenant_id: str
@@ -25,6 +25,10 @@ class TaskSubmitted(msgspec.Struct, frozen=True, tag="task-submitted", tag_field
     contract: dict[str, Any]
     payload_hash: str
     creator: str
+
+
+class TaskSubmitted(NewTask, frozen=True, tag="task-submitted", tag_field="type"):
+    """A task entered a queue; ``contract`` is the redacted submitted body."""
 
 
 class TaskReadCursorAdvanced(
@@ -91,8 +95,8 @@ TaskEvent = (TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled | AttemptRes
              | AttemptMaterialized | AttemptMaterializationFailed | AttemptFinished)
 
 
-class RunCreated(msgspec.Struct, frozen=True, tag="run-created", tag_field="type"):
-    """A core run, its command and its runner job identity, for one attempt."""
+class NewRun(msgspec.Struct, frozen=True):
+    """A core run, its command and its runner job identity: command and event share it."""
 
     run_id: str
     task_id: str
@@ -105,6 +109,10 @@ class RunCreated(msgspec.Struct, frozen=True, tag="run-created", tag_field="type
     resource_bundle_ref: dict[str, Any] | None = None
     prompt_sha256: str = ""
     prompt_bytes: int = 0
+
+
+class RunCreated(NewRun, frozen=True, tag="run-created", tag_field="type"):
+    """A core run, its command and its runner job identity, for one attempt."""
 
 
 class RunnerJobCreated(msgspec.Struct, frozen=True, tag="runner-job-created", tag_field="type"):

@@ -6,12 +6,10 @@ crashed or concurrent materialisation can be replayed safely.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from ledger.errors import NotFound
-from ledger.events import RunCreated, RunEvent, RunFinished, RunnerJobCreated
+from ledger.events import NewRun, RunCreated, RunEvent, RunFinished, RunnerJobCreated
 
 STREAM_TYPE = "run"
 
@@ -24,19 +22,12 @@ class _OnRun(msgspec.Struct, frozen=True):
         return self.run_id
 
 
-class CreateRun(_OnRun, frozen=True):
+class CreateRun(NewRun, frozen=True):
     """Create the core run, command and runner-job identity of an attempt (once)."""
 
-    task_id: str
-    attempt_id: str
-    command_id: str
-    runner_job_id: str
-    session_id: str
-    conversation_id: str
-    backend_profile: str
-    resource_bundle_ref: dict[str, Any] | None = None
-    prompt_sha256: str = ""
-    prompt_bytes: int = 0
+    @property
+    def stream_id(self) -> str:
+        return self.run_id
 
 
 class RecordRunnerJob(_OnRun, frozen=True):
@@ -72,8 +63,7 @@ def decide(state: RunState | None, command: RunCommand) -> list[RunEvent]:
     if isinstance(command, CreateRun):
         if state is not None:
             return []
-        fields = {f: getattr(command, f) for f in RunCreated.__struct_fields__}
-        return [RunCreated(**fields)]
+        return [RunCreated(**msgspec.structs.asdict(command))]
     if state is None:
         raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
     if isinstance(command, RecordRunnerJob):

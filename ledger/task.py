@@ -13,6 +13,7 @@ from ledger.events import (
     AttemptMaterializationFailed,
     AttemptMaterialized,
     AttemptReserved,
+    NewTask,
     TaskCancelled,
     TaskEvent,
     TaskReadCursorAdvanced,
@@ -37,20 +38,8 @@ BLOCKER_KINDS = frozenset({
 """Failure kinds that block a task (fix the input, then retry) rather than fail it."""
 
 
-class SubmitTask(msgspec.Struct, frozen=True):
+class SubmitTask(NewTask, frozen=True):
     """Create a task from a validated, redacted contract."""
-
-    task_id: str
-    tenant_id: str
-    project_id: str
-    queue: str
-    lane: str
-    title: str
-    priority: int
-    backend_profile: str | None
-    contract: dict[str, Any]
-    payload_hash: str
-    creator: str
 
     creates_stream: ClassVar[bool] = True
     """The task id is new: there is no stream to load (a clash fails on the unique key)."""
@@ -176,7 +165,7 @@ def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
     if isinstance(command, SubmitTask):
         if state is not None:
             raise InvalidTransition("task already exists", taskId=command.task_id)
-        return [TaskSubmitted(**{f: getattr(command, f) for f in TaskSubmitted.__struct_fields__})]
+        return [TaskSubmitted(**msgspec.structs.asdict(command))]
     if state is None:
         raise NotFound(f"task {command.task_id} not found", taskId=command.task_id)
     if isinstance(command, CancelTask):
