@@ -35,11 +35,15 @@ class AttemptController(Controller):
         """Reserve the attempt, then create its run, command and runner job."""
         body = await read_body(request, wire.DispatchBody, empty_ok=True)
         dispatcher: Dispatcher = state.dispatcher
+        dry_run = dry_run or body.dry_run
+        env = dict(body.transient_env or {})
         with counted(state.metrics.dispatches, dry_run) as outcome_of:
-            outcome, _ = await dispatcher.dispatch(task_id, body.attempt_id, dry_run)
+            outcome, _ = await dispatcher.dispatch(task_id, body.attempt_id, dry_run, env)
             if dry_run:
+                job = await dispatcher.plan_for(await dispatcher.facts(task_id), outcome,
+                                                body.attempt_id, env)
                 return views.plan("dispatch", task_id, outcome.before, outcome.state,
-                                  outcome.events, workReady=work_ready_summary())
+                                  outcome.events, workReady=work_ready_summary(), **job)
             detail = await task_detail(state, task_id, work_ready_summary())
             outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
             return detail
@@ -96,11 +100,14 @@ class AttemptController(Controller):
         facts = await dispatcher.facts(task_id)
         replayed = next((a for a in outcome.before.attempts
                          if a.idempotency_key == body.idempotency_key), None)
+        job = await dispatcher.plan_for(facts, outcome,
+                                        replayed.attempt_id if replayed else None, {})
         return views.plan(
             "retry", task_id, outcome.before, outcome.state, outcome.events,
             payloadHashVerified=payload_hash(contract) == row.payload_hash,
             replayOf=replayed.attempt_id if replayed else None,
-            missingSecretKeys=dispatcher.check_dependencies(facts))
+            missingSecretKeys=dispatcher.check_dependencies(facts),
+            **job)
 
 
 @contextmanager

@@ -71,7 +71,7 @@ class QueueController(Controller):
         raw = await read_body(request, Any)
         assembly.reject_old_inputs(raw)
         body = convert(raw, wire.SubmitBody)
-        assembly.check(body.resource_bundle_ref, body.execution_policy)
+        assembly.check(body.resource_bundle_ref, body.execution_policy, body.workspace_ref)
         command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR)
         if dry_run:
             outcome = await state.writer.plan(command)

@@ -70,6 +70,8 @@ class DispatchBody(Camel, frozen=True):
     """Body of ``POST …/dispatch`` (may be empty)."""
 
     attempt_id: Identifier | None = None
+    transient_env: model.TransientEnv | None = None
+    dry_run: bool = False
 
 
 class RetryBody(Camel, frozen=True):

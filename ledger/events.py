@@ -121,6 +121,13 @@ class RunnerJobCreated(msgspec.Struct, frozen=True, tag="runner-job-created", ta
     runner_job_id: str
     driver: str
     handle: str
+    plan: dict[str, Any] | None = None
+
+
+class RunAssembled(msgspec.Struct, frozen=True, tag="run-assembled", tag_field="type"):
+    """The runner's bounded assembly event (SPEC 6): names, paths, hashes; never values."""
+
+    assembly: dict[str, Any]
 
 
 class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="type"):
@@ -132,7 +139,7 @@ class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="ty
     failure_message: str | None = None
 
 
-RunEvent = RunCreated | RunnerJobCreated | RunFinished
+RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished
 
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
     TaskSubmitted, TaskCancelled, AttemptReserved, AttemptMaterialized,

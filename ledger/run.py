@@ -6,10 +6,19 @@ crashed or concurrent materialisation can be replayed safely.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ledger.errors import NotFound
-from ledger.events import NewRun, RunCreated, RunEvent, RunFinished, RunnerJobCreated
+from ledger.events import (
+    NewRun,
+    RunAssembled,
+    RunCreated,
+    RunEvent,
+    RunFinished,
+    RunnerJobCreated,
+)
 
 STREAM_TYPE = "run"
 
@@ -35,6 +44,13 @@ class RecordRunnerJob(_OnRun, frozen=True):
 
     driver: str
     handle: str
+    plan: dict[str, Any] | None = None
+
+
+class RecordAssembly(_OnRun, frozen=True):
+    """The runner reported its assembly event (recorded once)."""
+
+    assembly: dict[str, Any]
 
 
 class FinishRun(_OnRun, frozen=True):
@@ -46,7 +62,7 @@ class FinishRun(_OnRun, frozen=True):
     failure_message: str | None = None
 
 
-RunCommand = CreateRun | RecordRunnerJob | FinishRun
+RunCommand = CreateRun | RecordRunnerJob | RecordAssembly | FinishRun
 
 
 class RunState(msgspec.Struct, frozen=True):
@@ -55,6 +71,7 @@ class RunState(msgspec.Struct, frozen=True):
     run_id: str
     runner_job_id: str
     job_recorded: bool = False
+    assembled: bool = False
     status: str | None = None
 
 
@@ -69,7 +86,10 @@ def decide(state: RunState | None, command: RunCommand) -> list[RunEvent]:
     if isinstance(command, RecordRunnerJob):
         if state.job_recorded:
             return []
-        return [RunnerJobCreated(state.runner_job_id, command.driver, command.handle)]
+        return [RunnerJobCreated(state.runner_job_id, command.driver, command.handle,
+                                 command.plan)]
+    if isinstance(command, RecordAssembly):
+        return [] if state.assembled else [RunAssembled(command.assembly)]
     if state.status is not None:
         return []
     return [RunFinished(command.status, command.exit_code, command.failure_kind,
@@ -83,4 +103,6 @@ def evolve(state: RunState | None, event: RunEvent) -> RunState:
     assert state is not None, "event before run-created"
     if isinstance(event, RunnerJobCreated):
         return msgspec.structs.replace(state, job_recorded=True)
+    if isinstance(event, RunAssembled):
+        return msgspec.structs.replace(state, assembled=True)
     return msgspec.structs.replace(state, status=event.status)

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.events import RunCreated, RunFinished, RunnerJobCreated
+from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
 from ledger.streams import RecordedEntry
 
 CREATED, RUNNING = "created", "running"
@@ -40,6 +40,8 @@ class RunRow(msgspec.Struct, frozen=True):
     started_at: datetime | None
     finished_at: datetime | None
     change_seq: int
+    job_plan: dict[str, Any] | None = None
+    assembly: dict[str, Any] | None = None
 
 
 RUN_COLUMNS = tuple(RunRow.__struct_fields__)
@@ -69,7 +71,11 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
     if kind is RunnerJobCreated:
         assert isinstance(event, RunnerJobCreated)
         return msgspec.structs.replace(row, status=RUNNING, driver=event.driver,
-                                       handle=event.handle, started_at=at, change_seq=seq)
+                                       handle=event.handle, started_at=at, change_seq=seq,
+                                       job_plan=event.plan)
+    if kind is RunAssembled:
+        assert isinstance(event, RunAssembled)
+        return msgspec.structs.replace(row, assembly=event.assembly, change_seq=seq)
     assert isinstance(event, RunFinished)
     return msgspec.structs.replace(row, status=event.status, exit_code=event.exit_code,
                                    failure_kind=event.failure_kind,

@@ -21,7 +21,8 @@ SQL = load_queries("projections", "projections.sql")
 _json = msgspec.json.Encoder()
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
 _ATTEMPT = COLUMNS.index("latest_attempt")
-_BUNDLE = core_records.RUN_COLUMNS.index("resource_bundle_ref")
+_RUN_JSON = tuple(core_records.RUN_COLUMNS.index(name)
+                  for name in ("resource_bundle_ref", "job_plan", "assembly"))
 
 
 def json_text(value: Any) -> str | None:
@@ -47,15 +48,16 @@ def task_tuple(row: TaskSummaryRow) -> tuple[Any, ...]:
 def run_tuple(row: RunRow) -> tuple[Any, ...]:
     """A run row as stored: JSON fields as text."""
     values = list(msgspec.structs.astuple(row))
-    values[_BUNDLE] = json_text(row.resource_bundle_ref)
+    for index in _RUN_JSON:
+        values[index] = json_text(values[index])
     return tuple(values)
 
 
 def run_from_record(record: asyncpg.Record) -> RunRow:
     """Decode a ``run_record`` record."""
     values = dict(record)
-    bundle = values["resource_bundle_ref"]
-    values["resource_bundle_ref"] = _object_decoder.decode(bundle) if bundle else None
+    for name in ("resource_bundle_ref", "job_plan", "assembly"):
+        values[name] = _object_decoder.decode(values[name]) if values[name] else None
     return RunRow(**values)
 
 

@@ -19,9 +19,10 @@ import msgspec
 
 from ledger.database import DbConnection
 from ledger.errors import NotFound
+from ledger.events import AttemptReserved
 from ledger.ids import new_id
 from ledger.redaction import redact_text
-from ledger.run import CreateRun, FinishRun, RecordRunnerJob
+from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
 from ledger.sqlfile import load_queries
 from ledger.task import (
     RESERVED,
@@ -39,9 +40,12 @@ from ledger.task import (
 from ledger.writer import LedgerWriter, Outcome
 from runner_assembly import faults
 from runner_assembly.drivers import CANCELLED, DriverError, JobSpec, RunnerDriver
+from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.profiles import PROFILE_SECRETS
+from runner_assembly.resolve import AssemblyFailure, Resolver
 from runner_assembly.secret_store import FileSecretStore
 from runner_assembly.settings import RunnerSettings
+from runner_assembly.transient_env import check_transient_env
 
 SQL = load_queries("runner_assembly", "dispatch.sql")
 MAX_FAILURE_MESSAGE = 500
@@ -68,6 +72,12 @@ class TaskFacts:
     prompt: str
     resource_bundle_ref: dict[str, Any] | None
     session_ref: dict[str, Any] | None
+    contract: dict[str, Any]
+
+    @property
+    def new_thread(self) -> bool:
+        """Whether the turn starts a new thread (no ``sessionRef.threadId`` to resume)."""
+        return not (self.session_ref or {}).get("threadId")
 
 
 class Dispatcher:
@@ -81,6 +91,10 @@ class Dispatcher:
         self.driver = driver
         self.settings = settings
         self.secrets = FileSecretStore(settings.secrets_dir)
+        self.resolver = Resolver(namespace=settings.namespace, driver=settings.driver,
+                                 secrets=self.secrets, defaults=settings.defaults,
+                                 storage_class=settings.storage_class,
+                                 rollout_subdir=settings.rollout_subdir)
 
     async def facts(self, task_id: str) -> TaskFacts:
         """What materialisation needs to know about a task, from its projections."""
@@ -90,7 +104,7 @@ class Dispatcher:
         contract = msgspec.json.decode(record["contract"])
         return TaskFacts(task_id, record["backend_profile"] or self.settings.default_profile,
                          contract["payload"]["prompt"], contract.get("resourceBundleRef"),
-                         contract.get("sessionRef"))
+                         contract.get("sessionRef"), contract)
 
     def _new_ids(self, facts: TaskFacts, attempt_id: str | None) -> AttemptIds:
         session_ref = facts.session_ref or {}
@@ -102,10 +116,13 @@ class Dispatcher:
             backend_profile=facts.backend_profile,
         )
 
-    async def dispatch(self, task_id: str, attempt_id: str | None,
-                       dry_run: bool) -> tuple[Outcome, str | None]:
+    async def dispatch(self, task_id: str, attempt_id: str | None, dry_run: bool,
+                       transient_env: dict[str, str] | None = None
+                       ) -> tuple[Outcome, str | None]:
         """Reserve (or find) the attempt, then materialise it; return it with the outcome."""
         facts = await self.facts(task_id)
+        env = transient_env or {}
+        check_transient_env(env, facts.contract, self.settings.defaults)
         command = DispatchTask(task_id, self._new_ids(facts, attempt_id),
                                named=attempt_id is not None)
         if dry_run:
@@ -113,7 +130,7 @@ class Dispatcher:
         outcome = await self.writer.execute(command, ACTOR)
         state: TaskState = outcome.state
         attempt = state.attempt(attempt_id) if attempt_id else state.latest
-        return outcome, await self._resume(outcome, attempt, facts)
+        return outcome, await self._resume(outcome, attempt, facts, env)
 
     async def retry(self, task_id: str, key: str, reason: str,
                     dry_run: bool) -> tuple[Outcome, str | None]:
@@ -126,14 +143,49 @@ class Dispatcher:
         return outcome, await self._resume(outcome, used_key(outcome.state, key), facts)
 
     async def _resume(self, outcome: Outcome, attempt: AttemptState | None,
-                      facts: TaskFacts) -> str:
+                      facts: TaskFacts, transient_env: dict[str, str] | None = None) -> str:
         """Materialise the attempt a reservation (or its replay) points at, if still due."""
         assert attempt is not None
         if outcome.events:
             faults.crash_after_reserve(self.settings.faults)
         if attempt.state == RESERVED:
-            await self.materialize(facts.task_id, attempt.attempt_id, facts)
+            await self.materialize(facts.task_id, attempt.attempt_id, facts, transient_env)
         return attempt.attempt_id
+
+    def job_plan(self, facts: TaskFacts, ids: Ids,
+                 transient_env: dict[str, str]) -> RunnerJobPlan:
+        """Resolve the assembly (no secret value is read) and render the job's plan."""
+        assembly = self.resolver.resolve(facts.contract, facts.backend_profile, transient_env)
+        return render_plan(assembly, ids, namespace=self.settings.namespace,
+                           driver=self.driver.name, smoke_tools=self.settings.smoke_tools)
+
+    async def _planned_ids(self, task_id: str, outcome: Outcome,
+                           attempt_id: str | None) -> Ids | None:
+        """Ids of the attempt a dry run would reserve (from its events) or resume."""
+        for event in outcome.events:
+            if isinstance(event, AttemptReserved):
+                return Ids(task_id=task_id, attempt_id=event.attempt_id, run_id=event.run_id,
+                           command_id=event.command_id, runner_job_id=event.runner_job_id)
+        attempt = (outcome.state.attempt(attempt_id) if attempt_id
+                   else getattr(outcome.state, "latest", None))
+        row = await self.pool.fetchrow(SQL["attempt_row"], attempt.attempt_id) if attempt else None
+        if attempt is None or row is None:
+            return None
+        return Ids(task_id=task_id, attempt_id=attempt.attempt_id, run_id=row["run_id"],
+                   command_id=row["command_id"], runner_job_id=row["runner_job_id"])
+
+    async def plan_for(self, facts: TaskFacts, outcome: Outcome, attempt_id: str | None,
+                       transient_env: dict[str, str]) -> dict[str, Any]:
+        """The dry-run view of the job an attempt would get: its plan, or why assembly fails."""
+        ids = await self._planned_ids(facts.task_id, outcome, attempt_id)
+        if ids is None:
+            return {"runnerJob": None}
+        try:
+            plan = self.job_plan(facts, ids, transient_env)
+        except AssemblyFailure as failure:
+            return {"runnerJob": None, "assemblyFailure": {
+                "failureKind": failure.kind, "failureMessage": bounded(failure.message)}}
+        return {"runnerJob": msgspec.to_builtins(plan), "valuesPrinted": False}
 
     def check_dependencies(self, facts: TaskFacts) -> list[str]:
         """Missing keys of the profile secret (existence only)."""
@@ -166,8 +218,8 @@ class Dispatcher:
             await conn.execute(SQL["reclaim_capacity"], namespace, live, seen)
         return False
 
-    async def materialize(self, task_id: str, attempt_id: str,
-                          facts: TaskFacts | None = None) -> None:
+    async def materialize(self, task_id: str, attempt_id: str, facts: TaskFacts | None = None,
+                          transient_env: dict[str, str] | None = None) -> None:
         """Create the attempt's run and runner job (or adopt them); record the outcome."""
         facts = facts or await self.facts(task_id)
         row = await self.pool.fetchrow(SQL["attempt_row"], attempt_id)
@@ -178,35 +230,48 @@ class Dispatcher:
             if state != RESERVED:
                 return  # another caller finished it while we waited at the fence
             await self._create_run(task_id, attempt_id, row, facts)
-            secret = PROFILE_SECRETS[row["backend_profile"]]
-            missing = self.secrets.missing_keys(self.settings.namespace, secret)
-            if missing:
-                await self._fail(task_id, attempt_id, "secret-unavailable",
-                                 f"secret {secret.name} lacks keys: {', '.join(missing)}")
+            ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row["run_id"],
+                      command_id=row["command_id"], runner_job_id=row["runner_job_id"])
+            env = transient_env or {}
+            try:
+                plan = self.job_plan(facts, ids, env)
+            except AssemblyFailure as failure:
+                await self._fail(task_id, attempt_id, failure.kind, failure.message)
                 return
             if self.settings.retention and not await self._take_capacity(conn):
                 await self._fail(task_id, attempt_id, "infra-failed",
                                  "runner capacity of the namespace is exhausted")
                 return
-            spec = JobSpec(
-                runner_job_id=row["runner_job_id"], run_id=row["run_id"], task_id=task_id,
-                attempt_id=attempt_id, session_id=row["session_id"],
-                backend_profile=row["backend_profile"],
-                backend_command=self.settings.backend_commands[row["backend_profile"]],
-                secret_dir=str(self.secrets.secret_dir(self.settings.namespace, secret.name)),
-                secret_keys=secret.keys, prompt=facts.prompt,
-            )
+            spec = self._job_spec(facts, row, plan, env)
             try:
                 handle = await self.driver.create(spec)
             except DriverError as error:
                 await self._fail(task_id, attempt_id, error.kind, error.message)
                 return
-            await self.writer.execute(
-                RecordRunnerJob(row["run_id"], handle.driver, handle.handle), ACTOR)
+            await self.writer.execute(RecordRunnerJob(
+                row["run_id"], handle.driver, handle.handle, msgspec.to_builtins(plan)), ACTOR)
             outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
         attempt = outcome.state.attempt(attempt_id)
         if attempt is not None and attempt.state == CANCELLED:
             await self.cancel_job(row["run_id"], row["runner_job_id"])
+
+    def _job_spec(self, facts: TaskFacts, row: asyncpg.Record, plan: RunnerJobPlan,
+                  transient_env: dict[str, str]) -> JobSpec:
+        """What the driver gets: the plan plus the per-job secret's values."""
+        defaults = self.settings.defaults
+        job_secret = {**{name: defaults.extSshEndpoints[name]
+                         for name in plan.endpoint_defaults}, **transient_env}
+        return JobSpec(
+            runner_job_id=row["runner_job_id"], run_id=row["run_id"], task_id=facts.task_id,
+            attempt_id=plan.ids.attempt_id, session_id=row["session_id"],
+            backend_profile=row["backend_profile"],
+            backend_command=self.settings.backend_commands[row["backend_profile"]],
+            prompt=facts.prompt, plan=msgspec.to_builtins(plan),
+            secret_root=str(self.settings.secrets_dir),
+            prompt_caps={"perPrompt": defaults.promptMaxBytes,
+                         "total": defaults.promptsMaxTotalBytes},
+            new_thread=facts.new_thread, resource_bin_path=self.settings.resource_bin_path,
+            job_secret=job_secret)
 
     async def _create_run(self, task_id: str, attempt_id: str, row: asyncpg.Record,
                           facts: TaskFacts) -> None:
@@ -243,6 +308,8 @@ class Dispatcher:
                                status.exit_code)
         if dry_run:
             return await self.writer.plan(finish)
+        if status.assembly is not None:
+            await self.writer.execute(RecordAssembly(row["run_id"], status.assembly), ACTOR)
         await self.writer.execute(FinishRun(row["run_id"], status.state, status.exit_code,
                                             kind, message), ACTOR)
         return await self.writer.execute(finish, ACTOR)

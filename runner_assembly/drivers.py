@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
     "running", "completed", "failed", "blocked", "cancelled")
@@ -20,9 +20,20 @@ class JobSpec:
     session_id: str
     backend_profile: str
     backend_command: tuple[str, ...]
-    secret_dir: str
-    secret_keys: tuple[str, ...]
     prompt: str
+    plan: dict[str, Any]
+    secret_root: str
+    prompt_caps: dict[str, int]
+    new_thread: bool = True
+    resource_bin_path: str | None = None
+    job_secret: dict[str, str] = field(default_factory=dict, repr=False)
+    """Values of the per-job secret: the driver stores them as a secret, nowhere else."""
+
+    def public(self) -> dict[str, Any]:
+        """The spec without the per-job secret's values (what a job may show)."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.pop("job_secret")
+        return values
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class JobStatus:
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
+    assembly: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from runner_assembly.drivers import (
@@ -28,6 +27,19 @@ from runner_assembly.drivers import (
 )
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+ASSEMBLY_FILE = "assembly.json"
+"""The runner's bounded assembly event (SPEC 6)."""
+JOB_SECRET_DIR = "job-secret"
+"""The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
+
+
+def write_job_secret(folder: Path, values: dict[str, str]) -> None:
+    """Store the per-job secret's values, readable by the job's owner only."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for name, value in values.items():
+        descriptor = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(value)
 
 
 def read_json(path: Path) -> dict[str, object] | None:
@@ -73,7 +85,8 @@ class LocalDriver:
         except FileExistsError:
             adopted = True
         if not (folder / "spec.json").exists():
-            write_json_atomically(folder / "spec.json", asdict(spec))
+            write_job_secret(folder / JOB_SECRET_DIR, spec.job_secret)
+            write_json_atomically(folder / "spec.json", spec.public())
         pid = self._pid(folder)
         if pid is None:  # a create that crashed before starting the runner: start it now
             pid = self._spawn(folder)
@@ -105,13 +118,13 @@ class LocalDriver:
         folder = self.job_dir(runner_job_id)
         report = read_json(folder / "status.json")
         if report is not None:
-            return _status_from(report)
+            return _status_from(report, read_json(folder / ASSEMBLY_FILE))
         pid = self._pid(folder)
         if pid is not None and _alive(pid):
             return JobStatus(RUNNING)
         report = read_json(folder / "status.json")  # it may have finished meanwhile
         if report is not None:
-            return _status_from(report)
+            return _status_from(report, read_json(folder / ASSEMBLY_FILE))
         if pid is None and folder.exists():
             return JobStatus(RUNNING)  # being created
         return JobStatus(FAILED, failure_kind="infra-failed",
@@ -129,13 +142,14 @@ class LocalDriver:
             write_json_atomically(folder / "status.json", {"state": CANCELLED})
 
 
-def _status_from(report: dict[str, object]) -> JobStatus:
+def _status_from(report: dict[str, object], assembly: dict[str, object] | None) -> JobStatus:
     exit_code = report.get("exitCode")
     return JobStatus(
         state=str(report.get("state", FAILED)),
         exit_code=exit_code if isinstance(exit_code, int) else None,
         failure_kind=_text(report.get("failureKind")),
         failure_message=_text(report.get("failureMessage")),
+        assembly=assembly if isinstance(assembly, dict) else None,
     )
 
 

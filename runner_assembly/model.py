@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -21,6 +22,9 @@ K8sName = Annotated[str, Meta(min_length=1, max_length=253,
 SecretKey = Annotated[str, Meta(min_length=1, max_length=253, pattern=r"^[-._A-Za-z0-9]+$")]
 EnvName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Z_][A-Z0-9_]*$")]
 Text = Annotated[str, Meta(min_length=1, max_length=2048)]
+DigestImage = Annotated[str, Meta(pattern=r"^[^\s@]+@sha256:[0-9a-f]{64}$")]
+SessionId = Annotated[str, Meta(pattern=r"^[a-z0-9]([a-z0-9_]{0,61}[a-z0-9])?$")]
+"""Lowercase letters, digits and ``_``: ``_`` → ``-`` makes it a Kubernetes name, one-to-one."""
 Profile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
 OLD_BUNDLE_INPUTS = ("toolAliases", "skillRefs", "workspaceFiles", "subdirs", "sparsePaths",
                      "gitMirror")
@@ -60,7 +64,7 @@ class BackendImageRef(Strict, frozen=True):
     """Image source and the resolved, digest-pinned image (resolved by the manager)."""
 
     source: ImageSource
-    image: Annotated[str, Meta(pattern=r"^[^\s@]+@sha256:[0-9a-f]{64}$")] | UnsetType = UNSET
+    image: DigestImage | UnsetType = UNSET
 
 
 class ProfileRef(Strict, frozen=True):
@@ -73,7 +77,7 @@ class ProfileRef(Strict, frozen=True):
 class SessionRef(Strict, frozen=True):
     """A persisted backend session; ``threadId`` is the only thread identity."""
 
-    sessionId: Annotated[str, Meta(min_length=1, max_length=128)]
+    sessionId: SessionId
     conversationId: Annotated[str, Meta(min_length=1, max_length=128)]
     threadId: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
 
@@ -196,10 +200,44 @@ def check_projection(credential: ToolCredential, index: int) -> None:
                             f"env {expected}", field=field)
 
 
+REPO_SCHEMES = ("https", "http", "ssh", "git", "file")
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\s][^\s]*$")
+
+
+def check_repo_url(value: str, field: str) -> None:
+    """A repository URL without credentials: they travel only as ``credentialRef``.
+
+    The message never repeats the URL, which may hold a password.
+    """
+    if _SCP_LIKE.match(value) and value.split("@", 1)[0] == "git":
+        return
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    if (parts is None or "\x00" in value or any(c.isspace() for c in value)
+            or parts.scheme not in REPO_SCHEMES or parts.query or parts.fragment):
+        raise SchemaInvalid(f"{field} must be an https, ssh, git or file URL without query, "
+                            "fragment or credentials", field=field)
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
+    if userinfo is not None and (parts.scheme not in ("ssh", "git") or userinfo != "git"):
+        raise SchemaInvalid(f"{field} must not carry credentials; use credentialRef",
+                            field=field)
+    if parts.scheme != "file" and not host:
+        raise SchemaInvalid(f"{field} has no host", field=field)
+
+
 def check(resource_bundle: ResourceBundleRef | None,
-          policy: ExecutionPolicy | None) -> None:
+          policy: ExecutionPolicy | None, workspace: WorkspaceRef | None = None) -> None:
     """The rules no type can state; raises ``schema-invalid``."""
+    if workspace is not None and isinstance(workspace.repoUrl, str):
+        check_repo_url(workspace.repoUrl, "workspaceRef.repoUrl")
     if resource_bundle is not None:
+        check_repo_url(resource_bundle.repoUrl, "resourceBundleRef.repoUrl")
+        for i, bundle in enumerate(resource_bundle.bundles):
+            if isinstance(bundle.repoUrl, str):
+                check_repo_url(bundle.repoUrl, f"resourceBundleRef.bundles[{i}].repoUrl")
         for i, bundle in enumerate(resource_bundle.bundles):
             check_relative_path(bundle.subpath, f"resourceBundleRef.bundles[{i}].subpath")
             check_relative_path(bundle.target_path,

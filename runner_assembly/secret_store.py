@@ -6,6 +6,7 @@ process) copies them into the job's ``BACKEND_HOME``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from runner_assembly.profiles import ProfileSecret
@@ -21,7 +22,11 @@ class FileSecretStore:
         """The directory holding one secret's keys."""
         return self.root / namespace / name
 
-    def missing_keys(self, namespace: str, secret: ProfileSecret) -> list[str]:
+    def missing(self, namespace: str, name: str, keys: Iterable[str]) -> list[str]:
         """Keys of the secret that do not exist (existence only: no value is read)."""
-        folder = self.secret_dir(namespace, secret.name)
-        return [key for key in secret.keys if not (folder / key).is_file()]
+        folder = self.secret_dir(namespace, name)
+        return [key for key in keys if not (folder / key).is_file()]
+
+    def missing_keys(self, namespace: str, secret: ProfileSecret) -> list[str]:
+        """Keys of a profile secret that do not exist."""
+        return self.missing(namespace, secret.name, secret.keys)

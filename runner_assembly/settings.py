@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner_assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults, load_defaults
 from runner_assembly.profiles import PROFILES
 
 DEFAULT_NAMESPACE = "svc-v01"
@@ -33,6 +34,19 @@ class RunnerSettings:
     retention_capacity: int = 8
     timeout_budgets: dict[str, str] = field(default_factory=dict)
     faults: frozenset[str] = frozenset()
+    defaults: RuntimeDefaults = field(default_factory=RuntimeDefaults)
+    storage_class: str = "local-path"
+    rollout_subdir: str = "sessions"
+    resource_bin_path: str | None = None
+
+    @property
+    def smoke_tools(self) -> tuple[str, ...]:
+        """SPEC 8's list in a runner image; ``git`` alone for local processes, unless the
+        runtime defaults name the list."""
+        configured = self.defaults.smokeTools
+        if isinstance(configured, list):
+            return tuple(configured)
+        return SPEC_SMOKE_TOOLS if self.driver == "kubernetes" else ("git",)
 
     @classmethod
     def from_env(cls, data_dir: Path) -> RunnerSettings:
@@ -52,6 +66,10 @@ class RunnerSettings:
             retention_capacity=int(env.get("SVC_RUNNER_CAPACITY", "8")),
             timeout_budgets=_budgets(env.get("SVC_QUEUE_TIMEOUT_BUDGETS", "")),
             faults=frozenset(f for f in env.get("SVC_FAULTS", "").split(",") if f),
+            defaults=load_defaults(env.get("SVC_RUNTIME_DEFAULTS")),
+            storage_class=env.get("SVC_SESSION_STORAGE_CLASS", "local-path"),
+            rollout_subdir=env.get("SVC_BACKEND_ROLLOUT_SUBDIR", "sessions"),
+            resource_bin_path=env.get("SVC_RESOURCE_BIN_PATH") or None,
         )
 
     @property

@@ -14,6 +14,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from api.app import create_app
+from runner_assembly.plan import STATIC_ENV
 from projections.replay import replay
 from runner_assembly.settings import RunnerSettings
 from tests.support import SECRET_CANARY, snapshot, task_body
@@ -109,7 +110,8 @@ async def test_the_runner_environment_is_minimal_and_explicit(
     (job,) = job_dirs(settings)
     names = set(json.loads((job / "stdout.log").read_text())) - {"LC_CTYPE"}
     assert names == {"PATH", "LANG", "HOME", "BACKEND_HOME", "SVC_WORKSPACE_PATH",
-                     "SVC_RUN_ID", "SVC_SESSION_ID", "SVC_BACKEND_PROFILE"}
+                     "SVC_RUN_ID", "SVC_SESSION_ID", "SVC_BACKEND_PROFILE", "SVC_SKILLS_DIRS"}
+    assert names == set(STATIC_ENV), "the backend gets exactly the names the plan shows"
 
 
 async def test_a_failing_backend_fails_the_task_and_refresh_is_idempotent(

@@ -69,24 +69,27 @@ ON CONFLICT (attempt_id) DO UPDATE SET
 SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id, conversation_id,
        backend_profile, status, exit_code, failure_kind, failure_message, driver, handle,
        resource_bundle_ref::text AS resource_bundle_ref, prompt_sha256, prompt_bytes,
-       created_at, started_at, finished_at, change_seq
+       created_at, started_at, finished_at, change_seq, job_plan::text AS job_plan,
+       assembly::text AS assembly
 FROM run_record WHERE run_id = ANY($1::text[])
 
 -- name: upsert_runs
 INSERT INTO run_record (run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
                         conversation_id, backend_profile, status, exit_code, failure_kind,
                         failure_message, driver, handle, resource_bundle_ref, prompt_sha256,
-                        prompt_bytes, created_at, started_at, finished_at, change_seq)
+                        prompt_bytes, created_at, started_at, finished_at, change_seq,
+                        job_plan, assembly)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                      $7::text[], $8::text[], $9::text[], $10::integer[], $11::text[],
                      $12::text[], $13::text[], $14::text[], $15::json[], $16::text[],
                      $17::integer[], $18::timestamptz[], $19::timestamptz[],
-                     $20::timestamptz[], $21::bigint[])
+                     $20::timestamptz[], $21::bigint[], $22::json[], $23::json[])
 ON CONFLICT (run_id) DO UPDATE SET
     status = EXCLUDED.status, exit_code = EXCLUDED.exit_code,
     failure_kind = EXCLUDED.failure_kind, failure_message = EXCLUDED.failure_message,
     driver = EXCLUDED.driver, handle = EXCLUDED.handle, started_at = EXCLUDED.started_at,
-    finished_at = EXCLUDED.finished_at, change_seq = EXCLUDED.change_seq
+    finished_at = EXCLUDED.finished_at, change_seq = EXCLUDED.change_seq,
+    job_plan = EXCLUDED.job_plan, assembly = EXCLUDED.assembly
 
 -- name: upsert_commands
 INSERT INTO command_record (command_id, run_id, status, created_at, finished_at, change_seq)

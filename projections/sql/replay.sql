@@ -79,12 +79,14 @@ SELECT attempt_id AS key FROM (
 WITH live AS (SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
                      conversation_id, backend_profile, status, exit_code, failure_kind,
                      failure_message, driver, handle, resource_bundle_ref::text, prompt_sha256,
-                     prompt_bytes, created_at, started_at, finished_at, change_seq
+                     prompt_bytes, created_at, started_at, finished_at, change_seq,
+                     job_plan::text, assembly::text
               FROM public.run_record),
   rebuilt AS (SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
                      conversation_id, backend_profile, status, exit_code, failure_kind,
                      failure_message, driver, handle, resource_bundle_ref::text, prompt_sha256,
-                     prompt_bytes, created_at, started_at, finished_at, change_seq
+                     prompt_bytes, created_at, started_at, finished_at, change_seq,
+                     job_plan::text, assembly::text
               FROM pg_temp.run_record)
 SELECT run_id AS key FROM ((TABLE live EXCEPT ALL TABLE rebuilt)
                            UNION ALL (TABLE rebuilt EXCEPT ALL TABLE live)) d

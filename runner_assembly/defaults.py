@@ -1,0 +1,75 @@
+"""The controlled runtime defaults: a JSON file the operator owns (``SVC_RUNTIME_DEFAULTS``).
+
+It holds what a caller may never pass: the default environment image source, the images
+already built for environment identities, the mirror of the main public code host, the
+non-secret ``ext-ssh`` endpoints, tenant policies for tool credentials, the smoke-check tool
+list and the prompt size caps. Without a file every field takes its default below.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from runner_assembly.model import DigestImage, ImageSource, Strict
+
+SPEC_SMOKE_TOOLS = ("bun", "node", "npm", "git", "ssh", "gh", "rg", "curl", "kubectl")
+"""SPEC 8: what every runner image must have (``gh`` is the code-host CLI)."""
+TOOLS_BUNDLE_SMOKE_TOOLS = ("tran", "trans", "apply_patch")
+"""SPEC 8: what must be on PATH once a tools bundle is assembled."""
+Bytes = Annotated[int, Meta(ge=1, le=16 * 1024 * 1024)]
+
+
+class BuiltImage(Strict, frozen=True):
+    """An image already built for an environment source: reused, never rebuilt."""
+
+    source: ImageSource
+    image: DigestImage
+
+
+class Mirror(Strict, frozen=True):
+    """A controlled mirror for the main public code host only."""
+
+    baseUrl: Annotated[str, Meta(pattern=r"^https://[^@\s]+$")]
+    host: str = "github.com"
+
+
+class TenantPolicy(Strict, frozen=True):
+    """Which tool credentials (``tool/purpose``) a tenant's runs may use."""
+
+    toolCredentials: list[str] = msgspec.field(default_factory=list)
+
+
+class RuntimeDefaults(Strict, frozen=True):
+    """Everything the operator controls about assembly (see the module docstring)."""
+
+    imageSource: ImageSource | UnsetType = UNSET
+    images: list[BuiltImage] = msgspec.field(default_factory=list)
+    mirror: Mirror | UnsetType = UNSET
+    extSshEndpoints: dict[str, str] = msgspec.field(default_factory=dict)
+    tenantPolicies: dict[str, TenantPolicy] = msgspec.field(default_factory=dict)
+    defaultTenantPolicy: TenantPolicy | UnsetType = UNSET
+    smokeTools: list[str] | UnsetType = UNSET
+    promptMaxBytes: Bytes = 64 * 1024
+    promptsMaxTotalBytes: Bytes = 256 * 1024
+
+
+class DefaultsError(Exception):
+    """The runtime defaults file is unreadable or invalid (an operator error at startup)."""
+
+
+def load_defaults(path: str | None) -> RuntimeDefaults:
+    """The defaults from ``path``, or the built-in ones when no path is configured."""
+    if not path:
+        return RuntimeDefaults()
+    try:
+        return msgspec.json.decode(Path(path).read_bytes(), type=RuntimeDefaults)
+    except OSError as error:
+        raise DefaultsError(f"cannot read SVC_RUNTIME_DEFAULTS {path}: {error.strerror}") from None
+    except msgspec.ValidationError as error:
+        raise DefaultsError(f"invalid SVC_RUNTIME_DEFAULTS {path}: {error}") from None
+    except msgspec.DecodeError:
+        raise DefaultsError(f"SVC_RUNTIME_DEFAULTS {path} is not JSON") from None

@@ -1,0 +1,139 @@
+"""The runner job plan: what a job is rendered from, shown by dry runs and stored on the run.
+
+Rendered from the resolved :class:`~runner_assembly.resolve.Assembly` and the reserved ids
+only. It names secrets, keys, projection kinds, mount paths and environment variables; it
+holds no value (``valuesPrinted=false``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import msgspec
+
+from runner_assembly.capability import work_ready_summary
+from runner_assembly.resolve import (
+    Assembly,
+    ImageResolution,
+    NamesSummary,
+    RepositoryFetch,
+    SecretUse,
+    SessionVolume,
+    kube_name,
+)
+
+PER_JOB_SECRET_ENV = "LAB_API_KEY"
+"""SPEC 5.2 rule 8: this key reaches the job only through its per-job secret."""
+
+
+class EnvEntry(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    """One environment variable of the backend, by name and source; never its value."""
+
+    name: str
+    source: Literal["static", "secret", "per-job-secret"]
+    secret_name: str | None = None
+    key: str | None = None
+
+
+class Ids(msgspec.Struct, kw_only=True, rename="camel"):
+    """The reserved identities a job is named after."""
+
+    task_id: str
+    attempt_id: str
+    run_id: str
+    command_id: str
+    runner_job_id: str
+
+
+class BundleSummary(msgspec.Struct, kw_only=True, rename="camel"):
+    """What the runner will materialise: references, not content."""
+
+    repo_url: str
+    ref: str | None
+    commit_id: str | None
+    branch: str | None
+    bundles: list[dict[str, Any]]
+    prompt_refs: list[dict[str, Any]]
+    required_skills: list[str]
+    credential: str | None
+    fetches: list[RepositoryFetch]
+
+
+class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
+    """The rendered runner job, value-free (SPEC 5.2 rule 3, 2.10, 2.11, 9)."""
+
+    job_name: str
+    namespace: str
+    driver: str
+    ids: Ids
+    backend_profile: str
+    image: ImageResolution
+    env: list[EnvEntry]
+    secrets: list[SecretUse]
+    per_job_secret: dict[str, Any] | None
+    session_volume: SessionVolume | None
+    workspace_key: str
+    resource_bundle: BundleSummary | None
+    transient_env: NamesSummary
+    endpoint_defaults: list[str]
+    smoke_tools: list[str]
+    capability: dict[str, Any]
+    values_printed: bool = False
+
+
+STATIC_ENV = ("HOME", "BACKEND_HOME", "SVC_WORKSPACE_PATH", "SVC_RUN_ID", "SVC_SESSION_ID",
+              "SVC_BACKEND_PROFILE", "SVC_SKILLS_DIRS", "PATH", "LANG")
+SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION_PVC_MOUNT_PATH",
+               "SVC_BACKEND_ROLLOUT_SUBDIR")
+
+
+def workspace_key(assembly: Assembly, ids: Ids) -> str:
+    """A short stable key naming the workspace and its managed overlay."""
+    bundle = assembly.resource_bundle or {}
+    basis = f"{bundle.get('repoUrl', '')}\n{assembly.branch or ''}\n{ids.task_id}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def per_job_secret_name(runner_job_id: str) -> str:
+    """The per-job secret holding the transient environment and endpoint defaults."""
+    return f"svc-v01-{kube_name(runner_job_id)}-env"
+
+
+def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
+                smoke_tools: tuple[str, ...]) -> RunnerJobPlan:
+    """The value-free plan of the runner job for a resolved assembly."""
+    env = [EnvEntry(name=name, source="static") for name in STATIC_ENV]
+    if assembly.session is not None:
+        env += [EnvEntry(name=name, source="static") for name in SESSION_ENV]
+    env += [EnvEntry(name=use.env_name, source="secret", secret_name=use.name,
+                     key=use.keys[0])
+            for use in assembly.secrets if use.projection == "env" and use.env_name]
+    job_secret = per_job_secret_name(ids.runner_job_id)
+    secret_keys = sorted({*assembly.transient_env.names, *assembly.endpoint_defaults})
+    env += [EnvEntry(name=name, source="per-job-secret", secret_name=job_secret, key=name)
+            for name in secret_keys]
+    return RunnerJobPlan(
+        job_name=f"svc-v01-{kube_name(ids.runner_job_id)}", namespace=namespace, driver=driver,
+        ids=ids, backend_profile=assembly.backend_profile, image=assembly.image, env=env,
+        secrets=assembly.secrets,
+        per_job_secret={"name": job_secret, "keys": secret_keys, "ownedByJob": True}
+        if secret_keys else None,
+        session_volume=assembly.session, workspace_key=workspace_key(assembly, ids),
+        resource_bundle=_bundle_summary(assembly), transient_env=assembly.transient_env,
+        endpoint_defaults=assembly.endpoint_defaults, smoke_tools=list(smoke_tools),
+        capability=work_ready_summary(),
+    )
+
+
+def _bundle_summary(assembly: Assembly) -> BundleSummary | None:
+    bundle = assembly.resource_bundle
+    if not bundle:
+        return None
+    credential = bundle.get("credentialRef")
+    return BundleSummary(
+        repo_url=bundle["repoUrl"], ref=bundle.get("ref"), commit_id=bundle.get("commitId"),
+        branch=assembly.branch, bundles=list(bundle.get("bundles", [])),
+        prompt_refs=list(bundle.get("promptRefs", [])),
+        required_skills=[s["name"] for s in bundle.get("requiredSkills", [])],
+        credential=credential["name"] if credential else None, fetches=assembly.fetches)

@@ -1,0 +1,260 @@
+"""Resolution in the manager (SPEC 9 assembly order, first two steps).
+
+Resolves the four elements (image, profile, session, resource bundle) and every secret
+reference the run may use -- provider, repository and tool -- by existence and keys only:
+no secret value is read here. The result, :class:`Assembly`, holds references, names and
+hashes only, so it may be stored, shown in a dry run and rendered into a runner job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from runner_assembly.defaults import RuntimeDefaults
+from runner_assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
+from runner_assembly.profiles import PROFILE_SECRETS
+from runner_assembly.secret_store import FileSecretStore
+
+SESSION_VOLUME_SIZE = "1Gi"
+
+
+class AssemblyFailure(Exception):
+    """A step of assembly failed; ``kind`` is the SPEC 7 failure kind."""
+
+    def __init__(self, kind: str, message: str,
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.details = details or {}
+
+
+class SecretUse(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    """One secret the run uses, by reference, and how it is projected."""
+
+    role: Literal["provider", "repository", "tool"]
+    name: str
+    namespace: str
+    keys: list[str]
+    projection: Literal["backend-home", "fetch-only", "env", "volume"]
+    tool: str | None = None
+    purpose: str | None = None
+    env_name: str | None = None
+    mount_path: str | None = None
+    read_only: bool = True
+
+
+class ImageResolution(msgspec.Struct, kw_only=True, rename="camel"):
+    """The backend image: source, environment identity, digest-pinned image, status."""
+
+    source: dict[str, Any] | None
+    environment_id: str | None
+    image: str | None
+    status: Literal["reused", "not-applicable"]
+
+
+class RepositoryFetch(msgspec.Struct, kw_only=True, rename="camel"):
+    """Where a bundle repository is fetched from (SPEC 6 repository fetch)."""
+
+    repo_url: str
+    fetch_repo_url: str
+    mirror_used: bool
+    mirror_base_url: str | None
+
+
+class SessionVolume(msgspec.Struct, kw_only=True, rename="camel"):
+    """The session's persistent volume, resolved or created before the job (SPEC 9)."""
+
+    session_id: str
+    conversation_id: str
+    thread_id: str | None
+    pvc_name: str
+    namespace: str
+    rollout_subdir: str
+    size: str
+    storage_class: str
+    values_printed: bool = False
+
+
+class NamesSummary(msgspec.Struct, kw_only=True, rename="camel"):
+    """Environment entries shown by name, count and hash only (SPEC 2.10)."""
+
+    names: list[str]
+    count: int
+    sha256: str | None
+
+
+class Assembly(msgspec.Struct, kw_only=True, rename="camel"):
+    """Everything a runner job executes with, by reference: safe to store and to show."""
+
+    backend_profile: str
+    image: ImageResolution
+    session: SessionVolume | None
+    resource_bundle: dict[str, Any] | None
+    branch: str | None
+    fetches: list[RepositoryFetch]
+    secrets: list[SecretUse]
+    transient_env: NamesSummary
+    endpoint_defaults: list[str]
+    values_printed: bool = False
+
+
+def kube_name(identifier: str) -> str:
+    """A reserved id (``job_01j…``) as a Kubernetes name (``job-01j…``)."""
+    return identifier.replace("_", "-")
+
+
+def environment_id(source: ImageSource) -> str:
+    """The environment identity of an image source: a hash of its fields."""
+    canonical = msgspec.json.encode(msgspec.to_builtins(source), order="sorted")
+    return "env-" + hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def names_summary(env: Mapping[str, str]) -> NamesSummary:
+    """Names, count and a sha256 over the sorted entries; never the values themselves."""
+    if not env:
+        return NamesSummary(names=[], count=0, sha256=None)
+    canonical = msgspec.json.encode(dict(sorted(env.items())))
+    return NamesSummary(names=sorted(env), count=len(env),
+                        sha256=hashlib.sha256(canonical).hexdigest())
+
+
+def mirror_fetch(repo_url: str, defaults: RuntimeDefaults) -> RepositoryFetch:
+    """The fetch URL: the controlled mirror for the main public code host, else unchanged."""
+    mirror = defaults.mirror
+    if not isinstance(mirror, msgspec.UnsetType):
+        prefix = f"https://{mirror.host}/"
+        if repo_url.startswith(prefix):
+            path = repo_url.removeprefix(prefix).removesuffix(".git")
+            return RepositoryFetch(repo_url=repo_url,
+                                   fetch_repo_url=f"{mirror.baseUrl.rstrip('/')}/{path}.git",
+                                   mirror_used=True, mirror_base_url=mirror.baseUrl)
+    return RepositoryFetch(repo_url=repo_url, fetch_repo_url=repo_url, mirror_used=False,
+                           mirror_base_url=None)
+
+
+class Resolver:
+    """Resolves a task's contract into an :class:`Assembly` (no secret value is read)."""
+
+    def __init__(self, *, namespace: str, driver: str, secrets: FileSecretStore,
+                 defaults: RuntimeDefaults, storage_class: str, rollout_subdir: str) -> None:
+        self.namespace = namespace
+        self.driver = driver
+        self.secrets = secrets
+        self.defaults = defaults
+        self.storage_class = storage_class
+        self.rollout_subdir = rollout_subdir
+
+    def resolve(self, contract: dict[str, Any], backend_profile: str,
+                transient_env: Mapping[str, str]) -> Assembly:
+        """The assembly of one run, or :class:`AssemblyFailure` naming the failed element."""
+        scope = msgspec.convert(
+            (contract.get("executionPolicy") or {}).get("secretScope") or {}, SecretScope)
+        bundle = contract.get("resourceBundleRef")
+        endpoint_defaults = self._endpoint_defaults(scope, transient_env)
+        secrets = [self._profile_secret(backend_profile, scope)]
+        secrets += self._tool_secrets(contract.get("tenantId", ""), scope)
+        if bundle and bundle.get("credentialRef"):
+            secrets.append(self._checked(SecretUse(
+                role="repository", projection="fetch-only",
+                namespace=bundle["credentialRef"].get("namespace", self.namespace),
+                name=bundle["credentialRef"]["name"], keys=bundle["credentialRef"]["keys"])))
+        workspace = contract.get("workspaceRef") or {}
+        return Assembly(
+            backend_profile=backend_profile, image=self._image(),
+            session=self._session(contract.get("sessionRef")), resource_bundle=bundle,
+            branch=workspace.get("branch"),
+            fetches=self._fetches(bundle), secrets=secrets,
+            transient_env=names_summary(transient_env), endpoint_defaults=endpoint_defaults,
+        )
+
+    def _checked(self, use: SecretUse) -> SecretUse:
+        if use.namespace != self.namespace:
+            raise AssemblyFailure("tenant-policy-denied",
+                                  f"secret {use.name} is outside namespace {self.namespace}")
+        missing = self.secrets.missing(use.namespace, use.name, use.keys)
+        if missing:
+            raise AssemblyFailure("secret-unavailable",
+                                  f"secret {use.name} lacks keys: {', '.join(missing)}")
+        return use
+
+    def _profile_secret(self, profile: str, scope: SecretScope) -> SecretUse:
+        secret = PROFILE_SECRETS[profile]
+        for ref in scope.providerCredentials:
+            if ref.name != secret.name:
+                raise AssemblyFailure("tenant-policy-denied",
+                                      f"provider credential {ref.name} is not the secret of "
+                                      f"{profile}; no other profile's secret is used")
+        return self._checked(SecretUse(role="provider", projection="backend-home",
+                                       namespace=self.namespace, name=secret.name,
+                                       keys=list(secret.keys)))
+
+    def _tool_secrets(self, tenant: str, scope: SecretScope) -> list[SecretUse]:
+        policy = self.defaults.tenantPolicies.get(tenant, self.defaults.defaultTenantPolicy)
+        uses = []
+        for credential in scope.toolCredentials:
+            scoped = f"{credential.tool}/{credential.purpose}"
+            if not isinstance(policy, msgspec.UnsetType) and scoped not in policy.toolCredentials:
+                raise AssemblyFailure("tenant-policy-denied",
+                                      f"tool credential {scoped} is not permitted for the tenant")
+            projection = credential.projection
+            env_name = getattr(projection, "envName", None)
+            uses.append(self._checked(SecretUse(
+                role="tool", tool=credential.tool, purpose=credential.purpose,
+                name=credential.secretRef.name, keys=list(credential.secretRef.keys),
+                namespace=credential.secretRef.namespace
+                if isinstance(credential.secretRef.namespace, str) else self.namespace,
+                projection="env" if env_name else "volume", env_name=env_name,
+                mount_path=getattr(projection, "mountPath", None))))
+        return uses
+
+    def _endpoint_defaults(self, scope: SecretScope,
+                           transient_env: Mapping[str, str]) -> list[str]:
+        """SPEC 5.2 rule 6: names of controlled endpoint defaults added for ``ext-ssh``."""
+        if not any(c.tool == "ext-ssh" for c in scope.toolCredentials):
+            return []
+        if any(transient_env.get(name) for name in EXT_SSH_ENDPOINTS):
+            return []
+        added = [n for n in EXT_SSH_ENDPOINTS if self.defaults.extSshEndpoints.get(n)]
+        if not added:
+            raise AssemblyFailure("schema-invalid", "ext-ssh needs one of "
+                                  + ", ".join(EXT_SSH_ENDPOINTS) + " and none is configured")
+        return added
+
+    def _image(self) -> ImageResolution:
+        """Digest-pinned image of the environment source, reused; never built here."""
+        source = self.defaults.imageSource
+        if isinstance(source, msgspec.UnsetType):
+            if self.driver == "local":
+                return ImageResolution(source=None, environment_id=None, image=None,
+                                       status="not-applicable")
+            raise AssemblyFailure("build-required", "no environment image source is configured")
+        identity = environment_id(source)
+        built = next((b.image for b in self.defaults.images
+                      if environment_id(b.source) == identity), None)
+        if built is None and self.driver != "local":
+            raise AssemblyFailure("build-required", f"environment {identity} has no built "
+                                  "image and no controlled build was started")
+        return ImageResolution(source=msgspec.to_builtins(source), environment_id=identity,
+                               image=built, status="reused" if built else "not-applicable")
+
+    def _session(self, ref: dict[str, Any] | None) -> SessionVolume | None:
+        if not ref:
+            return None
+        return SessionVolume(
+            session_id=ref["sessionId"], conversation_id=ref["conversationId"],
+            thread_id=ref.get("threadId"),
+            pvc_name=f"svc-v01-session-{kube_name(ref['sessionId'])}",
+            namespace=self.namespace, rollout_subdir=self.rollout_subdir,
+            size=SESSION_VOLUME_SIZE, storage_class=self.storage_class)
+
+    def _fetches(self, bundle: dict[str, Any] | None) -> list[RepositoryFetch]:
+        if not bundle:
+            return []
+        urls = [bundle["repoUrl"]] + [b["repoUrl"] for b in bundle.get("bundles", [])
+                                      if b.get("repoUrl")]
+        return [mirror_fetch(url, self.defaults) for url in dict.fromkeys(urls)]

@@ -1,0 +1,1 @@
+"""The runner side of assembly: what happens inside a runner job before the backend starts."""

@@ -1,0 +1,175 @@
+"""The runner's half of the SPEC 9 assembly order, ending with what the backend starts with.
+
+project the profile secret → project tool credentials → materialise the bundle → copy
+bundles, prepare tools, discover skills → validate required skills → read and validate
+prompts → smoke check → write the bounded assembly event. Any step may fail with a SPEC 7
+``failureKind``; the event then records how far assembly got and why it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.redaction import redact
+from runner_assembly.resolve import AssemblyFailure
+from runner_assembly.runner import bundle, projection, prompts, smoke
+from runner_assembly.runner.layout import Layout
+
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+MAX_EVENT_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the backend starts: its whole environment and its standard input."""
+
+    env: dict[str, str]
+    stdin: str
+
+
+class Assembler:
+    """Runs the assembly steps for one job and keeps the event they build."""
+
+    def __init__(self, spec: dict[str, Any], layout: Layout, secrets: projection.SecretSource,
+                 job_secret_dir: Path) -> None:
+        self.spec = spec
+        self.plan: dict[str, Any] = spec["plan"]
+        self.layout = layout
+        self.secrets = secrets
+        self.job_secret_dir = job_secret_dir
+        self.event = self._initial_event()
+
+    def _initial_event(self) -> dict[str, Any]:
+        plan = self.plan
+        uses = plan["secrets"]
+        return {
+            "image": plan["image"], "profile": plan["backendProfile"],
+            "profileSecret": next(({"name": s["name"], "keys": s["keys"]} for s in uses
+                                   if s["role"] == "provider"), None),
+            "toolCredentials": [{k: v for k, v in s.items() if k != "role"}
+                                for s in uses if s["role"] == "tool"],
+            "sessionRef": _session_ref(plan["sessionVolume"]),
+            "sessionVolume": plan["sessionVolume"],
+            "repository": None, "bundles": [], "workspace": None, "managedOverlay": None,
+            "promptRefs": [], "requiredSkills": [], "skills": [], "tools": [], "skillDirs": [],
+            "smoke": [], "transientEnv": plan["transientEnv"], "capability": plan["capability"],
+            "steps": [], "valuesPrinted": False,
+        }
+
+    def run(self) -> Launch:
+        """All steps in order; raises :class:`AssemblyFailure` and records it in the event."""
+        try:
+            return self._steps()
+        except AssemblyFailure as failure:
+            self.event["failure"] = {"kind": failure.kind, "message": failure.message,
+                                     "details": failure.details}
+            raise
+
+    def _step(self, name: str) -> None:
+        self.event["steps"].append(name)
+
+    def _steps(self) -> Launch:
+        layout, plan = self.layout, self.plan
+        self._step("project-profile-secret")
+        projection.project_profile(plan["secrets"], self.secrets, layout)
+        self._step("project-tool-credentials")
+        tool_env = projection.project_tools(plan["secrets"], self.secrets, layout)
+        layout.workspace_root.mkdir(parents=True, exist_ok=True)
+        path, skill_dirs, stdin = MINIMAL_PATH, "", self.spec["prompt"]
+        summary = plan["resourceBundle"]
+        tools_bundle = False
+        if summary is not None:
+            self._step("materialize-bundle")
+            made = bundle.materialize(summary, layout,
+                                      projection.repository_credential(plan["secrets"],
+                                                                       self.secrets))
+            self._record_bundle(summary, made)
+            self._step("validate-required-skills")
+            bundle.check_required_skills(made, summary["requiredSkills"])
+            self._step("read-prompts")
+            caps = self.spec["prompt_caps"]
+            read = prompts.read_prompts(summary["promptRefs"], layout.workspace,
+                                        new_thread=self.spec["new_thread"],
+                                        max_bytes=caps["perPrompt"], max_total=caps["total"])
+            self.event["promptRefs"] = read.entries
+            if read.injected_text:
+                stdin = f"{read.injected_text}\n\n{stdin}"
+            path = self._tool_path(made) + ":" + MINIMAL_PATH if made.tool_dir else path
+            tools_bundle = made.tool_dir is not None
+            skill_dirs = ":".join(str(d) for d in made.skill_dirs)
+        else:
+            layout.workspace.mkdir(parents=True, exist_ok=True)
+            self.event["workspace"] = str(layout.workspace)
+        self._step("smoke-check")
+        self.event["smoke"] = smoke.smoke_check(plan["smokeTools"], path, tools_bundle)
+        env = self._backend_env(path, skill_dirs)
+        env.update(tool_env)
+        env.update(projection.per_job_env(
+            self.job_secret_dir, (plan["perJobSecret"] or {}).get("keys", [])))
+        self._step("start-backend")
+        return Launch(env=env, stdin=stdin)
+
+    def _record_bundle(self, summary: dict[str, Any], made: bundle.Materialized) -> None:
+        self.event.update({
+            "repository": {"repoUrl": summary["repoUrl"], "requestedRef": summary["ref"],
+                           "requestedCommit": summary["commitId"], "branch": summary["branch"],
+                           "fetches": summary["fetches"], "materializedCommit": made.commit,
+                           "checkoutTree": made.tree},
+            "bundles": made.bundles, "workspace": str(self.layout.workspace),
+            "managedOverlay": str(self.layout.overlay), "tools": made.tools,
+            "skills": made.skills, "skillDirs": [str(d) for d in made.skill_dirs],
+            "requiredSkills": summary["requiredSkills"],
+        })
+
+    def _tool_path(self, made: bundle.Materialized) -> str:
+        """The overlay's tool directory, or only shims in ``SVC_RESOURCE_BIN_PATH``."""
+        assert made.tool_dir is not None
+        bin_path = self.spec.get("resource_bin_path")
+        if not bin_path:
+            return str(made.tool_dir)
+        shims = Path(bin_path)
+        shims.mkdir(parents=True, exist_ok=True)
+        for tool in made.tools:
+            if tool["executable"]:
+                shim = shims / tool["name"]
+                shim.write_text(f"#!/bin/sh\nexec '{made.tool_dir / tool['name']}' \"$@\"\n")
+                shim.chmod(0o755)
+        return str(shims)
+
+    def _backend_env(self, path: str, skill_dirs: str) -> dict[str, str]:
+        """The explicit environment: exactly the plan's static names, nothing inherited."""
+        plan, layout = self.plan, self.layout
+        env = {
+            "PATH": path, "LANG": "C.UTF-8", "HOME": str(layout.home),
+            "BACKEND_HOME": str(layout.backend_home), "SVC_WORKSPACE_PATH": str(layout.workspace),
+            "SVC_RUN_ID": plan["ids"]["runId"], "SVC_SESSION_ID": self.spec["session_id"],
+            "SVC_BACKEND_PROFILE": plan["backendProfile"], "SVC_SKILLS_DIRS": skill_dirs,
+        }
+        volume = plan["sessionVolume"]
+        if volume is not None:
+            layout.session_dir.mkdir(parents=True, exist_ok=True)
+            env.update({"SVC_SESSION_PVC_NAME": volume["pvcName"],
+                        "SVC_SESSION_PVC_NAMESPACE": volume["namespace"],
+                        "SVC_SESSION_PVC_MOUNT_PATH": str(layout.session_dir),
+                        "SVC_BACKEND_ROLLOUT_SUBDIR": volume["rolloutSubdir"]})
+        return env
+
+    def bounded_event(self) -> dict[str, Any]:
+        """The event as written: redacted, and cut to its bound by dropping long lists."""
+        event: dict[str, Any] = redact(self.event)
+        for key in ("tools", "skills", "bundles", "smoke"):
+            if len(json.dumps(event)) <= MAX_EVENT_BYTES:
+                break
+            event[key] = event[key][:10]
+            event["truncatedLists"] = [*event.get("truncatedLists", []), key]
+        return event
+
+
+def _session_ref(volume: dict[str, Any] | None) -> dict[str, Any] | None:
+    if volume is None:
+        return None
+    return {"sessionId": volume["sessionId"], "conversationId": volume["conversationId"],
+            "threadId": volume["threadId"]}

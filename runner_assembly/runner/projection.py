@@ -1,0 +1,90 @@
+"""Secret projection inside the runner job: the only place secret values are touched.
+
+The profile secret is copied into the per-run writable ``BACKEND_HOME`` (0600); a volume
+tool credential is copied read-only below the home (``/home/svc/...``); an env tool
+credential and the per-job secret become environment entries of the backend only. Values
+are never logged, returned in a report or written anywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from runner_assembly.resolve import AssemblyFailure
+from runner_assembly.runner.layout import Layout
+
+
+class SecretSource:
+    """Where the runner finds secret keys: ``<root>/<namespace>/<name>/<key>``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def folder(self, use: dict[str, Any]) -> Path:
+        """The directory of one referenced secret."""
+        return self.root / str(use["namespace"]) / str(use["name"])
+
+    def copy(self, use: dict[str, Any], into: Path, mode: int) -> None:
+        """Copy the secret's keys into ``into``; ``secret-unavailable`` if one is missing."""
+        into.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for key in use["keys"]:
+            try:
+                shutil.copyfile(self.folder(use) / key, into / key)
+            except FileNotFoundError:
+                raise AssemblyFailure("secret-unavailable",
+                                      f"secret {use['name']} lacks key {key}") from None
+            os.chmod(into / key, mode)
+
+    def value(self, use: dict[str, Any], key: str) -> str:
+        """One key's value, for an env projection of the backend only."""
+        try:
+            return (self.folder(use) / key).read_text().strip()
+        except FileNotFoundError:
+            raise AssemblyFailure("secret-unavailable",
+                                  f"secret {use['name']} lacks key {key}") from None
+
+
+def project_profile(secrets: list[dict[str, Any]], source: SecretSource,
+                    layout: Layout) -> None:
+    """Copy the current profile's secret into the writable backend home."""
+    layout.backend_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for use in secrets:
+        if use["role"] == "provider":
+            source.copy(use, layout.backend_home, 0o600)
+
+
+def project_tools(secrets: list[dict[str, Any]], source: SecretSource,
+                  layout: Layout) -> dict[str, str]:
+    """Mount volume credentials read-only; return the env credentials for the backend."""
+    env: dict[str, str] = {}
+    for use in secrets:
+        if use["role"] != "tool":
+            continue
+        if use["projection"] == "volume":
+            target = layout.home_path(use["mountPath"])
+            source.copy(use, target, 0o400)
+            os.chmod(target, 0o500)
+        else:
+            env[use["envName"]] = source.value(use, use["keys"][0])
+    return env
+
+
+def repository_credential(secrets: list[dict[str, Any]], source: SecretSource) -> Path | None:
+    """The repository credential's directory, used by git's askpass only."""
+    use = next((s for s in secrets if s["role"] == "repository"), None)
+    return source.folder(use) if use else None
+
+
+def per_job_env(job_secret_dir: Path, names: list[str]) -> dict[str, str]:
+    """The per-job secret's entries (transient env, endpoint defaults, ``LAB_API_KEY``)."""
+    env = {}
+    for name in names:
+        try:
+            env[name] = (job_secret_dir / name).read_text()
+        except FileNotFoundError:
+            raise AssemblyFailure("secret-unavailable",
+                                  f"per-job secret lacks {name}") from None
+    return env

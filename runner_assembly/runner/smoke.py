@@ -1,0 +1,20 @@
+"""The runner smoke check (SPEC 8): required tools on the backend's PATH, checked fast."""
+
+from __future__ import annotations
+
+import shutil
+
+from runner_assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
+from runner_assembly.resolve import AssemblyFailure
+
+
+def smoke_check(tools: list[str], path: str, tools_bundle: bool) -> list[dict[str, object]]:
+    """Each required tool with whether it was found; ``infra-failed`` if any is missing."""
+    wanted = list(dict.fromkeys([*tools, *(TOOLS_BUNDLE_SMOKE_TOOLS if tools_bundle else ())]))
+    found = [{"name": tool, "found": shutil.which(tool, path=path) is not None}
+             for tool in wanted]
+    missing = [str(t["name"]) for t in found if not t["found"]]
+    if missing:
+        raise AssemblyFailure("infra-failed", f"smoke check: missing tools {', '.join(missing)}",
+                              details={"missing": missing})
+    return found
