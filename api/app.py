@@ -15,6 +15,7 @@ from api.health import VERSION, health, metrics, ready
 from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
+from api.run_routes import RunnerJobController
 from api.session_routes import show_session
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
@@ -60,8 +61,8 @@ def create_app(database_url: str, *, pool_size: int = 10,
                 await each.close()
 
     return Litestar(
-        route_handlers=[QueueController, AttemptController, show_session, validate_manifest,
-                        health, ready, metrics],
+        route_handlers=[QueueController, AttemptController, RunnerJobController, show_session,
+                        validate_manifest, health, ready, metrics],
         middleware=[middleware(observed)],
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},

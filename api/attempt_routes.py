@@ -40,8 +40,10 @@ class AttemptController(Controller):
         with counted(state.metrics.dispatches, dry_run) as outcome_of:
             outcome, _ = await dispatcher.dispatch(task_id, body.attempt_id, dry_run, env)
             if dry_run:
-                job = await dispatcher.plan_for(await dispatcher.facts(task_id), outcome,
-                                                body.attempt_id, env)
+                latest = outcome.state.latest
+                job = await dispatcher.plan_for(
+                    await dispatcher.facts(task_id), outcome.events,
+                    body.attempt_id or (latest.attempt_id if latest else None), env)
                 return views.plan("dispatch", task_id, outcome.before, outcome.state,
                                   outcome.events, workReady=work_ready_summary(), **job)
             detail = await task_detail(state, task_id, work_ready_summary())
@@ -100,7 +102,7 @@ class AttemptController(Controller):
         facts = await dispatcher.facts(task_id)
         replayed = next((a for a in outcome.before.attempts
                          if a.idempotency_key == body.idempotency_key), None)
-        job = await dispatcher.plan_for(facts, outcome,
+        job = await dispatcher.plan_for(facts, outcome.events,
                                         replayed.attempt_id if replayed else None, {})
         return views.plan(
             "retry", task_id, outcome.before, outcome.state, outcome.events,

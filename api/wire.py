@@ -74,6 +74,13 @@ class DispatchBody(Camel, frozen=True):
     dry_run: bool = False
 
 
+class RunnerJobBody(Camel, frozen=True):
+    """Body of ``POST /api/v1/runs/{runId}/runner-job`` (may be empty)."""
+
+    transient_env: model.TransientEnv | None = None
+    dry_run: bool = False
+
+
 class RetryBody(Camel, frozen=True):
     """Body of ``POST …/retry``: exactly these three fields (SPEC 2.4)."""
 
@@ -223,6 +230,27 @@ class CommanderView(msgspec.Struct, rename="camel"):
     reader_id: str | None
     by_state: dict[str, int]
     items: list[CommanderItem]
+    change_seq: int
+
+
+class RunnerJob(msgspec.Struct, rename="camel", kw_only=True):
+    """A run's runner job: its value-free plan, status and the runner's assembly event."""
+
+    run_id: str
+    task_id: str
+    attempt_id: str
+    attempt_state: str | None
+    runner_job_id: str
+    session_id: str
+    backend_profile: str
+    driver: str | None
+    status: str
+    exit_code: int | None
+    failure_kind: str | None
+    failure_message: str | None
+    plan: JsonObject | None
+    assembly: JsonObject | None
+    values_printed: bool = False
     change_seq: int
 
 

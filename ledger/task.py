@@ -34,6 +34,7 @@ OUTCOMES = frozenset({COMPLETED, FAILED, BLOCKED})
 BLOCKER_KINDS = frozenset({
     "secret-unavailable", "tenant-policy-denied", "prompt-unavailable", "prompt-too-large",
     "required-skill-unavailable", "session-store-evicted", "build-required", "schema-invalid",
+    "bundle-unavailable",
 })
 """Failure kinds that block a task (fix the input, then retry) rather than fail it."""
 

@@ -206,3 +206,20 @@ async def get_session(pool: Queryable, session_id: str) -> dict[str, Any] | None
     """A session's identity from its latest run."""
     record = await pool.fetchrow(SQL["get_session"], session_id)
     return dict(record) if record is not None else None
+
+
+async def get_run(pool: Queryable, run_id: str) -> dict[str, Any] | None:
+    """A run's record with its job plan, assembly event and attempt state."""
+    record = await pool.fetchrow(SQL["get_run"], run_id)
+    if record is None:
+        return None
+    row = dict(record)
+    for name in ("job_plan", "assembly"):
+        row[name] = msgspec.json.decode(row[name]) if row[name] else None
+    return row
+
+
+async def get_reserved_run(pool: Queryable, run_id: str) -> dict[str, Any] | None:
+    """The attempt a run id was reserved for (the run itself may not exist yet)."""
+    record = await pool.fetchrow(SQL["get_reserved_run"], run_id)
+    return dict(record) if record is not None else None

@@ -159,25 +159,33 @@ class Dispatcher:
         return render_plan(assembly, ids, namespace=self.settings.namespace,
                            driver=self.driver.name, smoke_tools=self.settings.smoke_tools)
 
-    async def _planned_ids(self, task_id: str, outcome: Outcome,
+    async def _planned_ids(self, task_id: str, events: list[Any],
                            attempt_id: str | None) -> Ids | None:
         """Ids of the attempt a dry run would reserve (from its events) or resume."""
-        for event in outcome.events:
+        for event in events:
             if isinstance(event, AttemptReserved):
                 return Ids(task_id=task_id, attempt_id=event.attempt_id, run_id=event.run_id,
                            command_id=event.command_id, runner_job_id=event.runner_job_id)
-        attempt = (outcome.state.attempt(attempt_id) if attempt_id
-                   else getattr(outcome.state, "latest", None))
-        row = await self.pool.fetchrow(SQL["attempt_row"], attempt.attempt_id) if attempt else None
-        if attempt is None or row is None:
+        row = await self.pool.fetchrow(SQL["attempt_row"], attempt_id) if attempt_id else None
+        if attempt_id is None or row is None:
             return None
-        return Ids(task_id=task_id, attempt_id=attempt.attempt_id, run_id=row["run_id"],
+        return Ids(task_id=task_id, attempt_id=attempt_id, run_id=row["run_id"],
                    command_id=row["command_id"], runner_job_id=row["runner_job_id"])
 
-    async def plan_for(self, facts: TaskFacts, outcome: Outcome, attempt_id: str | None,
+    async def create_job(self, facts: TaskFacts, attempt_id: str,
+                         transient_env: dict[str, str]) -> None:
+        """Create the runner job of a reserved attempt (the runner-job API)."""
+        check_transient_env(transient_env, facts.contract, self.settings.defaults)
+        await self.materialize(facts.task_id, attempt_id, facts, transient_env)
+
+    async def plan_for(self, facts: TaskFacts, events: list[Any], attempt_id: str | None,
                        transient_env: dict[str, str]) -> dict[str, Any]:
-        """The dry-run view of the job an attempt would get: its plan, or why assembly fails."""
-        ids = await self._planned_ids(facts.task_id, outcome, attempt_id)
+        """The dry-run view of the job an attempt would get: its plan, or why assembly fails.
+
+        ``events`` are those the dry run would append (a reservation names the new ids);
+        otherwise ``attempt_id`` names the existing attempt.
+        """
+        ids = await self._planned_ids(facts.task_id, events, attempt_id)
         if ids is None:
             return {"runnerJob": None}
         try:

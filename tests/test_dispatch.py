@@ -14,8 +14,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from api.app import create_app
-from runner_assembly.plan import STATIC_ENV
 from projections.replay import replay
+from runner_assembly.plan import STATIC_ENV
 from runner_assembly.settings import RunnerSettings
 from tests.support import SECRET_CANARY, snapshot, task_body
 

@@ -94,3 +94,17 @@ JOIN LATERAL (
     FROM run_record WHERE session_id = $1 ORDER BY change_seq DESC LIMIT 1
 ) r ON true
 WHERE h.id = 1
+
+-- name: get_run
+SELECT h.last_seq AS high_water, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
+       r.session_id, r.backend_profile, r.status, r.failure_kind, r.failure_message,
+       r.exit_code, r.driver, r.job_plan::text AS job_plan, r.assembly::text AS assembly,
+       a.state AS attempt_state
+FROM ledger_head h
+JOIN run_record r ON r.run_id = $1
+LEFT JOIN attempt_summary a ON a.attempt_id = r.attempt_id
+WHERE h.id = 1
+
+-- name: get_reserved_run
+SELECT a.task_id, a.attempt_id, a.state
+FROM attempt_summary a WHERE a.run_id = $1
