@@ -23,7 +23,7 @@ from ledger.writer import LedgerWriter
 from projections.store import project
 from runner_assembly import faults
 from runner_assembly.dispatch import Dispatcher
-from runner_assembly.local_driver import LocalDriver
+from runner_assembly.drivers import make_driver
 from runner_assembly.settings import RunnerSettings
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -49,7 +49,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
         writer = LedgerWriter(writer_pool, project_and_measure)
         await writer.start()
-        driver = faults.wrap(LocalDriver(runner.jobs_dir), runner.faults)
+        driver = faults.wrap(make_driver(runner), runner.faults)
         app.state.pool, app.state.writer, app.state.settings = pool, writer, runner
         app.state.metrics = observed
         app.state.dispatcher = Dispatcher(pool, fence_pool, writer, driver, runner)

@@ -64,12 +64,13 @@ def serve(
     from api.app import create_app
     from api.observability import configure_logging
     from ledger.database import data_dir, resolve_database_url
+    from runner_assembly.drivers import DRIVERS
     from runner_assembly.settings import RunnerSettings
 
     settings = RunnerSettings.from_env(data_dir())
-    if settings.driver != "local":
-        render.error("invalid-request", f"runner driver {settings.driver!r} is not available "
-                     "in this version; use SVC_RUNNER_DRIVER=local")
+    if settings.driver not in DRIVERS:
+        render.error("invalid-request", f"unknown runner driver {settings.driver!r}; "
+                     f"SVC_RUNNER_DRIVER is one of {', '.join(DRIVERS)}")
         return 2
     url, server = resolve_database_url()
     applied = asyncio.run(_migrate(url))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from runner_assembly.settings import RunnerSettings
 
 RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
     "running", "completed", "failed", "blocked", "cancelled")
@@ -87,3 +90,17 @@ class RunnerDriver(Protocol):
     async def cancel(self, runner_job_id: str) -> None:
         """Stop the job (no error if it has already ended)."""
         ...
+
+
+DRIVERS = ("local", "kubernetes")
+
+
+def make_driver(settings: RunnerSettings) -> RunnerDriver:
+    """The driver ``SVC_RUNNER_DRIVER`` names: ``local`` (default) or ``kubernetes``."""
+    if settings.driver == "kubernetes":
+        from runner_assembly.k8s_driver import KubernetesDriver, api_client
+
+        return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
+    from runner_assembly.local_driver import LocalDriver
+
+    return LocalDriver(settings.jobs_dir)

@@ -71,7 +71,7 @@ class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
     image: ImageResolution
     env: list[EnvEntry]
     secrets: list[SecretUse]
-    per_job_secret: dict[str, Any] | None
+    per_job_secret: dict[str, Any]
     session_volume: SessionVolume | None
     workspace_key: str
     resource_bundle: BundleSummary | None
@@ -117,8 +117,7 @@ def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
         job_name=f"svc-v01-{kube_name(ids.runner_job_id)}", namespace=namespace, driver=driver,
         ids=ids, backend_profile=assembly.backend_profile, image=assembly.image, env=env,
         secrets=assembly.secrets,
-        per_job_secret={"name": job_secret, "keys": secret_keys, "ownedByJob": True}
-        if secret_keys else None,
+        per_job_secret={"name": job_secret, "keys": secret_keys, "ownedByJob": True},
         session_volume=assembly.session, workspace_key=workspace_key(assembly, ids),
         resource_bundle=_bundle_summary(assembly), transient_env=assembly.transient_env,
         endpoint_defaults=assembly.endpoint_defaults, smoke_tools=list(smoke_tools),

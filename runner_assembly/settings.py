@@ -38,6 +38,7 @@ class RunnerSettings:
     storage_class: str = "local-path"
     rollout_subdir: str = "sessions"
     resource_bin_path: str | None = None
+    kubernetes_api: str | None = None
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:
@@ -70,6 +71,7 @@ class RunnerSettings:
             storage_class=env.get("SVC_SESSION_STORAGE_CLASS", "local-path"),
             rollout_subdir=env.get("SVC_BACKEND_ROLLOUT_SUBDIR", "sessions"),
             resource_bin_path=env.get("SVC_RESOURCE_BIN_PATH") or None,
+            kubernetes_api=env.get("SVC_KUBERNETES_API") or None,
         )
 
     @property

@@ -208,7 +208,8 @@ async def test_a_tools_bundle_without_its_smoke_tools_fails_fast(
     assert job["assembly"]["failure"]["details"] == {"missing": ["apply_patch"]}
 
 
-@pytest.mark.parametrize("target", ["../../../etc/passwd", "/etc/passwd", "../../outside", "a/../../../x"])
+@pytest.mark.parametrize("target", ["../../../etc/passwd", "/etc/passwd", "../../outside",
+                                    "a/../../../x"])
 async def test_a_symlink_leaving_the_checkout_is_refused_before_checkout(
     database_url: str, runner_settings: RunnerSettings, tmp_path: Path, target: str
 ) -> None:

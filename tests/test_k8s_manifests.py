@@ -45,7 +45,7 @@ def test_every_object_validates_against_the_official_schema(obj: dict[str, Any])
         assert obj["metadata"]["namespace"] == "svc-v01"
 
 
-def _pod_security_restricted_violations(pod: dict[str, Any]) -> list[str]:
+def pod_security_violations(pod: dict[str, Any]) -> list[str]:
     """The checks of the Pod Security Standards "restricted" profile that apply here."""
     problems = []
     pod_ctx = pod.get("securityContext", {})
@@ -82,7 +82,7 @@ def _pod_security_restricted_violations(pod: dict[str, Any]) -> list[str]:
 
 def test_the_deployment_meets_pod_security_restricted() -> None:
     (deployment,) = kinds()["Deployment"]
-    assert _pod_security_restricted_violations(deployment["spec"]["template"]["spec"]) == []
+    assert pod_security_violations(deployment["spec"]["template"]["spec"]) == []
     (namespace,) = kinds()["Namespace"]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
@@ -91,7 +91,7 @@ def test_the_checker_catches_what_restricted_forbids() -> None:
     pod = {"containers": [{"name": "c", "image": "busybox:latest",
                            "securityContext": {"privileged": True}}],
            "volumes": [{"name": "h", "hostPath": {"path": "/"}}], "hostNetwork": True}
-    problems = _pod_security_restricted_violations(pod)
+    problems = pod_security_violations(pod)
     assert {"host namespaces", "pod seccompProfile", "c: privileged",
             "c: image must be digest-pinned"} <= set(problems)
 

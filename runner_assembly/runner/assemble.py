@@ -34,7 +34,10 @@ class Assembler:
     """Runs the assembly steps for one job and keeps the event they build."""
 
     def __init__(self, spec: dict[str, Any], layout: Layout, secrets: projection.SecretSource,
-                 job_secret_dir: Path) -> None:
+                 job_secret_dir: Path, *, mounted: bool = False) -> None:
+        """``mounted``: the platform already mounts volume credentials and injects env
+        credentials (a Kubernetes pod); otherwise the runner projects them itself."""
+        self.mounted = mounted
         self.spec = spec
         self.plan: dict[str, Any] = spec["plan"]
         self.layout = layout
@@ -76,7 +79,8 @@ class Assembler:
         self._step("project-profile-secret")
         projection.project_profile(plan["secrets"], self.secrets, layout)
         self._step("project-tool-credentials")
-        tool_env = projection.project_tools(plan["secrets"], self.secrets, layout)
+        tool_env = {} if self.mounted else projection.project_tools(
+            plan["secrets"], self.secrets, layout)
         layout.workspace_root.mkdir(parents=True, exist_ok=True)
         path, skill_dirs, stdin = MINIMAL_PATH, "", self.spec["prompt"]
         summary = plan["resourceBundle"]
@@ -107,8 +111,8 @@ class Assembler:
         self.event["smoke"] = smoke.smoke_check(plan["smokeTools"], path, tools_bundle)
         env = self._backend_env(path, skill_dirs)
         env.update(tool_env)
-        env.update(projection.per_job_env(
-            self.job_secret_dir, (plan["perJobSecret"] or {}).get("keys", [])))
+        if not self.mounted:
+            env.update(projection.per_job_env(self.job_secret_dir, plan["perJobSecret"]["keys"]))
         self._step("start-backend")
         return Launch(env=env, stdin=stdin)
 

@@ -1,0 +1,188 @@
+"""The ``kubernetes`` runner driver: PVC, Job and per-job Secret through the ``kubernetes``
+client.
+
+Object names derive from the reserved ids, so creation is idempotent: ``409 AlreadyExists``
+adopts the existing object. The session PVC is resolved or created before the Job; the
+per-job Secret is created after it, owned by it (collected with it), so a failed Job
+creation never leaves a Secret behind. Transient API failures (5xx, 429, timeouts) are
+retried with backoff; no API response body ever reaches a caller, only the status code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import msgspec
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from runner_assembly import k8s_objects
+from runner_assembly.drivers import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    DriverError,
+    JobHandle,
+    JobSpec,
+    JobStatus,
+)
+from runner_assembly.plan import RunnerJobPlan
+from runner_assembly.resolve import kube_name
+
+REST_LOGGER = logging.getLogger("kubernetes.client.rest")
+
+
+def drop_bodies(record: logging.LogRecord) -> bool:
+    """The client's REST logger prints response bodies at DEBUG: a Secret's data among them."""
+    return not str(record.msg).startswith("response body")
+
+
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+REQUEST_TIMEOUT = (5.0, 15.0)
+
+
+class KubernetesDriver:
+    """Runner jobs as Kubernetes Jobs in one namespace."""
+
+    name = "kubernetes"
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, *, attempts: int = 4,
+                 backoff_s: float = 0.2,
+                 request_timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
+        api.configuration.debug = False  # http.client would print bodies (secret data)
+        REST_LOGGER.addFilter(drop_bodies)
+        self.request_timeout = request_timeout
+        self.core = k8s.CoreV1Api(api)
+        self.batch = k8s.BatchV1Api(api)
+        self.namespace = namespace
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    async def create(self, spec: JobSpec) -> JobHandle:
+        """Resolve or create the session PVC, then the Job, then its Secret; adopt any."""
+        return await asyncio.to_thread(self._create, spec)
+
+    def _create(self, spec: JobSpec) -> JobHandle:
+        plan = msgspec.convert(spec.plan, RunnerJobPlan)
+        pvc = k8s_objects.session_pvc(plan)
+        if pvc is not None:
+            self._ensure("PersistentVolumeClaim", pvc,
+                         self.core.create_namespaced_persistent_volume_claim,
+                         self.core.read_namespaced_persistent_volume_claim)
+        try:
+            body = k8s_objects.job(plan)
+        except ValueError as error:
+            raise DriverError("build-required", str(error)) from None
+        created, adopted = self._ensure("Job", body, self.batch.create_namespaced_job,
+                                        self.batch.read_namespaced_job)
+        secret = k8s_objects.per_job_secret(plan, created.metadata.uid, secret_data(spec))
+        self._ensure("Secret", secret, self.core.create_namespaced_secret,
+                     self.core.read_namespaced_secret)
+        return JobHandle(self.name, plan.job_name, f"job:{self.namespace}/{plan.job_name}",
+                         adopted)
+
+    def _ensure(self, kind: str, body: dict[str, Any], create: Callable[..., Any],
+                read: Callable[..., Any]) -> tuple[Any, bool]:
+        """Create ``body``; on AlreadyExists read and adopt it. Retries transient failures."""
+        name = body["metadata"]["name"]
+        for attempt in range(self.attempts):
+            try:
+                return create(self.namespace, body, _request_timeout=self.request_timeout), False
+            except ApiException as error:
+                if error.status == 409:
+                    return self._call(kind, partial(read, name, self.namespace,
+                                                    _request_timeout=self.request_timeout)), True
+                if error.status not in RETRYABLE:
+                    raise DriverError("infra-failed", f"kubernetes refused the {kind} "
+                                      f"(HTTP {error.status})") from None
+            except urllib3.exceptions.HTTPError:
+                pass
+            time.sleep(self.backoff_s * 2 ** attempt)
+        raise DriverError("infra-failed", f"kubernetes did not accept the {kind} after "
+                          f"{self.attempts} attempts")
+
+    def _call(self, kind: str, call: Callable[[], Any]) -> Any:
+        """One read, with the same retry rules and no response body in errors."""
+        for attempt in range(self.attempts):
+            try:
+                return call()
+            except ApiException as error:
+                if error.status not in RETRYABLE:
+                    raise DriverError("infra-failed", f"kubernetes could not read the {kind} "
+                                      f"(HTTP {error.status})") from None
+            except urllib3.exceptions.HTTPError:
+                pass
+            time.sleep(self.backoff_s * 2 ** attempt)
+        raise DriverError("infra-failed", f"kubernetes did not answer for the {kind}")
+
+    async def status(self, runner_job_id: str) -> JobStatus:
+        """The Job's state: succeeded → completed, failed → failed, else running."""
+        return await asyncio.to_thread(self._status, runner_job_id)
+
+    def _status(self, runner_job_id: str) -> JobStatus:
+        name = job_name(runner_job_id)
+        try:
+            found = self.batch.read_namespaced_job(name, self.namespace,
+                                                   _request_timeout=self.request_timeout)
+        except ApiException as error:
+            if error.status == 404:
+                return JobStatus(FAILED, failure_kind="infra-failed",
+                                 failure_message="the runner job vanished")
+            return JobStatus(RUNNING)  # unknown for now: ask again later
+        except urllib3.exceptions.HTTPError:
+            return JobStatus(RUNNING)
+        status = found.status
+        if status is not None and status.succeeded:
+            return JobStatus(COMPLETED, exit_code=0)
+        if status is not None and status.failed:
+            return JobStatus(FAILED, failure_message="the runner job's pod failed")
+        return JobStatus(RUNNING)
+
+    async def cancel(self, runner_job_id: str) -> None:
+        """Delete the Job (its pods and its owned Secret go with it)."""
+        await asyncio.to_thread(self._cancel, runner_job_id)
+
+    def _cancel(self, runner_job_id: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(job_name(runner_job_id), self.namespace,
+                                             propagation_policy="Background",
+                                             _request_timeout=self.request_timeout)
+        except ApiException as error:
+            if error.status != 404:
+                raise DriverError("infra-failed", f"kubernetes could not delete the Job "
+                                  f"(HTTP {error.status})") from None
+
+
+def job_name(runner_job_id: str) -> str:
+    """The Job's name for a reserved runner-job id."""
+    return f"svc-v01-{kube_name(runner_job_id)}"
+
+
+def secret_data(spec: JobSpec) -> dict[str, str]:
+    """The per-job Secret's data: the job spec (no secret value) and the transient env."""
+    encoded = {k8s_objects.JOB_SPEC_KEY: json.dumps(spec.public())}
+    encoded.update(spec.job_secret)
+    return {key: base64.b64encode(value.encode()).decode() for key, value in encoded.items()}
+
+
+def api_client(host: str | None = None) -> k8s.ApiClient:
+    """A client for the cluster: in-cluster config, else the kubeconfig, else ``host``."""
+    from kubernetes import config
+
+    if host is not None:
+        configuration = k8s.Configuration()
+        configuration.host = host
+        return k8s.ApiClient(configuration)
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return k8s.ApiClient()

@@ -1,0 +1,153 @@
+"""Kubernetes objects of a runner job, rendered from its value-free plan.
+
+- the session PVC ``svc-v01-session-<sessionId>`` (1Gi, ``SVC_SESSION_STORAGE_CLASS``),
+- the per-job Secret (the job spec and the transient environment), owned by its Job,
+- the Job: an ``assemble`` init container (the runner's assembly steps) and a ``backend``
+  container, under Pod Security "restricted" plus our policy: no service-account token,
+  read-only root file system, secrets mounted read-only, tool env credentials and the
+  per-job secret only through ``secretKeyRef``.
+
+The Job object carries no secret value: only names, keys, paths and ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner_assembly.plan import RunnerJobPlan
+from runner_assembly.runner.layout import POD_HOME, POD_WORKSPACE_ROOT
+
+RUN_AS = 10001
+SECRETS_ROOT = "/var/run/svc/secrets"
+JOB_SPEC_DIR = "/var/run/svc/job"
+JOB_SPEC_KEY = "job-spec.json"
+RUNNER_ENTRY = ["python", "-m", "runner_assembly.runner.pod"]
+BACKEND_HOME = f"{POD_HOME}/.backend"
+SAFE_CONTAINER = {
+    "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"},
+             "limits": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "8Gi"}}
+
+
+def labels(plan: RunnerJobPlan) -> dict[str, str]:
+    """Labels every object of one runner job carries."""
+    return {"app.kubernetes.io/name": "svc-runner", "app.kubernetes.io/managed-by": "svc",
+            "svc/run-id": plan.ids.run_id, "svc/runner-job-id": plan.ids.runner_job_id}
+
+
+def session_pvc(plan: RunnerJobPlan) -> dict[str, Any] | None:
+    """The session's single-writer persistent volume claim, or None without a session."""
+    volume = plan.session_volume
+    if volume is None:
+        return None
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": volume.pvc_name, "namespace": volume.namespace,
+                     "labels": {"app.kubernetes.io/name": "svc-session",
+                                "app.kubernetes.io/managed-by": "svc",
+                                "svc/session-id": volume.session_id}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": volume.storage_class,
+                 "resources": {"requests": {"storage": volume.size}}},
+    }
+
+
+def per_job_secret(plan: RunnerJobPlan, job_uid: str | None,
+                   data: dict[str, str] | None) -> dict[str, Any]:
+    """The per-job Secret; ``data`` (base64 values) is None when rendering for display."""
+    secret: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": _secret_name(plan), "namespace": plan.namespace,
+                     "labels": labels(plan)},
+        "immutable": True,
+    }
+    if job_uid is not None:
+        secret["metadata"]["ownerReferences"] = [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": plan.job_name, "uid": job_uid,
+            "controller": True, "blockOwnerDeletion": True}]
+    if data is not None:
+        secret["data"] = data
+    return secret
+
+
+def _secret_name(plan: RunnerJobPlan) -> str:
+    return str(plan.per_job_secret["name"])
+
+
+def job(plan: RunnerJobPlan) -> dict[str, Any]:
+    """The Job: assembly in an init container, then the backend."""
+    if plan.image.image is None:
+        raise ValueError("a Kubernetes runner job needs a digest-pinned image")
+    mounts, volumes = _volumes(plan)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never", "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                            "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [_container(plan, "assemble", mounts["assemble"], [])],
+        "containers": [_container(plan, "backend", mounts["backend"], _env(plan))],
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": plan.job_name, "namespace": plan.namespace, "labels": labels(plan)},
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 86400,
+                 "template": {"metadata": {"labels": labels(plan)}, "spec": pod_spec}},
+    }
+
+
+def _container(plan: RunnerJobPlan, phase: str, mounts: list[dict[str, Any]],
+               env: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": phase, "image": plan.image.image, "imagePullPolicy": "Always",
+            "command": [*RUNNER_ENTRY, phase], "workingDir": str(POD_WORKSPACE_ROOT),
+            "env": [{"name": "SVC_JOB_SPEC", "value": f"{JOB_SPEC_DIR}/{JOB_SPEC_KEY}"},
+                    *env],
+            "resources": RESOURCES, "securityContext": SAFE_CONTAINER, "volumeMounts": mounts}
+
+
+def _env(plan: RunnerJobPlan) -> list[dict[str, Any]]:
+    """Only secret references: static values are written by the assembly step."""
+    return [{"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret_name,
+                                                            "key": e.key}}}
+            for e in plan.env if e.source != "static"]
+
+
+def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Volumes, and the mounts of each container."""
+    volumes: list[dict[str, Any]] = [
+        {"name": "home", "emptyDir": {}}, {"name": "workspace", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "job", "secret": {"secretName": _secret_name(plan), "defaultMode": 0o400,
+                                   "items": [{"key": JOB_SPEC_KEY, "path": JOB_SPEC_KEY}]}},
+    ]
+    common: list[dict[str, Any]] = [{"name": "home", "mountPath": str(POD_HOME)},
+                                    {"name": "workspace", "mountPath": str(POD_WORKSPACE_ROOT)},
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                    {"name": "job", "mountPath": JOB_SPEC_DIR, "readOnly": True}]
+    assemble, backend = list(common), list(common)
+    for index, use in enumerate(plan.secrets):
+        if use.projection == "env":
+            continue
+        name = f"secret-{index}"
+        volumes.append({"name": name, "secret": {
+            "secretName": use.name, "defaultMode": 0o400,
+            "items": [{"key": key, "path": key} for key in use.keys]}})
+        if use.projection == "volume":
+            backend.append({"name": name, "mountPath": use.mount_path, "readOnly": True})
+        else:  # the profile secret and the repository credential: the assembly step only
+            assemble.append({"name": name, "mountPath": f"{SECRETS_ROOT}/{use.namespace}/"
+                             f"{use.name}", "readOnly": True})
+    volume = plan.session_volume
+    if volume is not None:
+        volumes.append({"name": "session",
+                        "persistentVolumeClaim": {"claimName": volume.pvc_name}})
+        backend.append({"name": "session",
+                        "mountPath": f"{BACKEND_HOME}/{volume.rollout_subdir}"})
+    return {"assemble": assemble, "backend": backend}, volumes
+
+
+def render_all(plan: RunnerJobPlan) -> list[dict[str, Any]]:
+    """Every object of the runner job as shown in a dry run: the Secret without data."""
+    objects = [obj for obj in (session_pvc(plan),) if obj is not None]
+    return [*objects, per_job_secret(plan, None, None), job(plan)]

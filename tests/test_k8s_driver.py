@@ -1,0 +1,286 @@
+"""The Kubernetes runner driver: rendered objects checked against the official schemas and
+Pod Security "restricted", and the driver's calls driven against kmock's Kubernetes
+emulator, with its faults: 409 (adopt), 422, 500 and timeouts (issue 4 item 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kubernetes_validate
+import msgspec
+import pytest
+from kmock._internal import enums
+
+from runner_assembly import k8s_objects
+from runner_assembly.defaults import BuiltImage, RuntimeDefaults
+from runner_assembly.drivers import DriverError, JobSpec
+from runner_assembly.k8s_driver import KubernetesDriver, api_client
+from runner_assembly.model import ImageSource
+from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
+from runner_assembly.resolve import AssemblyFailure, Resolver
+from runner_assembly.secret_store import FileSecretStore
+from tests.support import SECRET_CANARY, write_profile_secret
+from tests.test_k8s_manifests import KUBERNETES_VERSION, pod_security_violations
+
+NS = "svc-v01"
+JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
+SECRETS = f"/api/v1/namespaces/{NS}/secrets"
+PVCS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"
+SOURCE = ImageSource(kind="env-image-dockerfile", repoUrl="https://code.example/env.git",
+                     commitId="a" * 40, dockerfilePath="images/runner/Dockerfile")
+IMAGE = "registry.example/svc-runner@sha256:" + "b" * 64
+LAB_KEY = "LabKeyCanary-3e9d0f1a"
+
+
+class UidEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+    """kmock's emulator, plus what every real API server does: a uid for a new object."""
+
+    async def _handle(self, request: Any) -> Any:
+        if request.action == enums.action.CREATE and isinstance(request.data, dict):
+            request.data.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
+        return await super()._handle(request)
+
+
+pytestmark = pytest.mark.kmock(cls=UidEmulator)
+
+
+def contract(tmp_path: Path) -> dict[str, Any]:
+    """A task contract using every element: session, bundle, tool credentials."""
+    return {
+        "tenantId": "acme", "payload": {"prompt": "go"},
+        "sessionRef": {"sessionId": "ses_k8s", "conversationId": "cnv_k8s"},
+        "resourceBundleRef": {"kind": "gitbundle", "repoUrl": "https://github.com/acme/bundle",
+                              "promptRefs": [{"name": "p", "path": "prompts/p.md"}]},
+        "workspaceRef": {"branch": "main"},
+        "executionPolicy": {"secretScope": {"toolCredentials": [
+            {"tool": "git-host", "purpose": "pull-request",
+             "secretRef": {"name": "tok", "keys": ["GIT_HOST_TOKEN"]},
+             "projection": {"kind": "env", "envName": "GIT_HOST_TOKEN"}},
+            {"tool": "git-host", "purpose": "git-host-ssh",
+             "secretRef": {"name": "ssh", "keys": ["id_ed25519", "known_hosts", "config"]},
+             "projection": {"kind": "volume", "mountPath": "/home/svc/.ssh"}}]}},
+    }
+
+
+def secrets_root(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    write_profile_secret(data)
+    for name, keys in (("tok", ["GIT_HOST_TOKEN"]),
+                       ("ssh", ["id_ed25519", "known_hosts", "config"])):
+        folder = data / "secrets" / NS / name
+        folder.mkdir(parents=True)
+        for key in keys:
+            (folder / key).write_text(SECRET_CANARY)
+    return data / "secrets"
+
+
+def resolver(tmp_path: Path, **defaults: Any) -> Resolver:
+    return Resolver(namespace=NS, driver="kubernetes",
+                    secrets=FileSecretStore(secrets_root(tmp_path)),
+                    defaults=RuntimeDefaults(**defaults), storage_class="local-path",
+                    rollout_subdir="sessions")
+
+
+def plan_of(tmp_path: Path) -> RunnerJobPlan:
+    assembly = resolver(tmp_path, imageSource=SOURCE,
+                        images=[BuiltImage(source=SOURCE, image=IMAGE)]).resolve(
+        contract(tmp_path), "profile-1", {"LAB_API_KEY": LAB_KEY})
+    ids = Ids(task_id="tsk_1", attempt_id="att_1", run_id="run_1", command_id="cmd_1",
+              runner_job_id="job_01abc")
+    return render_plan(assembly, ids, namespace=NS, driver="kubernetes",
+                       smoke_tools=("git", "rg"))
+
+
+def spec_of(plan: RunnerJobPlan) -> JobSpec:
+    return JobSpec(runner_job_id="job_01abc", run_id="run_1", task_id="tsk_1",
+                   attempt_id="att_1", session_id="ses_k8s", backend_profile="profile-1",
+                   backend_command=("agent",), prompt="go", plan=msgspec.to_builtins(plan),
+                   secret_root="/var/run/svc/secrets", prompt_caps={"perPrompt": 1, "total": 1},
+                   job_secret={"LAB_API_KEY": LAB_KEY})
+
+
+def driver_for(server: Any, **options: Any) -> KubernetesDriver:
+    return KubernetesDriver(api_client(str(server.url).rstrip("/")), NS, backoff_s=0.01,
+                            **options)
+
+
+def objects_of(server: Any) -> dict[str, dict[str, Any]]:
+    """Stored objects by ``plural/name``."""
+    return {f"{key[0].plural}/{key[2]}": dict(obj.raw) for key, obj in
+            ((k, server.objects[k]) for k in list(server.objects)) if not obj.deleted}
+
+
+def test_every_rendered_object_validates_strictly_and_holds_no_value(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path)
+    rendered = k8s_objects.render_all(plan)
+    assert [o["kind"] for o in rendered] == ["PersistentVolumeClaim", "Secret", "Job"]
+    for obj in rendered:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    owned = k8s_objects.per_job_secret(plan, str(uuid.uuid4()), {"LAB_API_KEY": "eA=="})
+    kubernetes_validate.validate(owned, KUBERNETES_VERSION, strict=True)
+    text = json.dumps(rendered)
+    assert SECRET_CANARY not in text and LAB_KEY not in text
+    pod = rendered[2]["spec"]["template"]["spec"]
+    assert pod_security_violations(pod) == []
+    assert pod["automountServiceAccountToken"] is False
+    containers = pod["initContainers"] + pod["containers"]
+    assert all(c["securityContext"]["readOnlyRootFilesystem"] for c in containers)
+    secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v}
+    mounts = [m for c in containers for m in c["volumeMounts"] if m["name"] in secret_volumes]
+    assert mounts and all(m.get("readOnly") for m in mounts), "secrets mount read-only"
+    (backend,) = pod["containers"]
+    env = {e["name"]: e for e in backend["env"]}
+    assert env["LAB_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "svc-v01-job-01abc-env", "key": "LAB_API_KEY"}
+    assert env["GIT_HOST_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "tok",
+                                                                  "key": "GIT_HOST_TOKEN"}
+    assert all("value" not in e or e["name"] == "SVC_JOB_SPEC" for e in backend["env"])
+    session = next(m for m in backend["volumeMounts"] if m["name"] == "session")
+    assert session["mountPath"] == "/home/svc/.backend/sessions"
+    ssh = next(m for m in backend["volumeMounts"] if m["mountPath"] == "/home/svc/.ssh")
+    assert ssh["readOnly"] is True
+    (assemble,) = pod["initContainers"]
+    assert not any(m["mountPath"] == "/home/svc/.ssh" for m in assemble["volumeMounts"])
+    assert "env" not in json.dumps(assemble["env"]).replace("SVC_JOB_SPEC", "")
+    pvc = rendered[0]
+    assert pvc["metadata"]["name"] == "svc-v01-session-ses-k8s"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert pvc["spec"]["storageClassName"] == "local-path"
+    assert plan.resource_bundle is not None
+    assert plan.resource_bundle.fetches[0].mirror_used is False, "no mirror configured"
+
+
+def test_the_image_is_reused_or_build_required(tmp_path: Path) -> None:
+    contract_ = {"tenantId": "acme", "payload": {"prompt": "go"}}
+    with pytest.raises(AssemblyFailure) as no_source:
+        resolver(tmp_path).resolve(contract_, "profile-1", {})
+    assert no_source.value.kind == "build-required"
+    with pytest.raises(AssemblyFailure) as not_built:
+        resolver(tmp_path / "b", imageSource=SOURCE).resolve(contract_, "profile-1", {})
+    assert not_built.value.kind == "build-required"
+    image = resolver(tmp_path / "c", imageSource=SOURCE, images=[
+        BuiltImage(source=SOURCE, image=IMAGE)]).resolve(contract_, "profile-1", {}).image
+    assert (image.image, image.status) == (IMAGE, "reused")
+    assert image.environment_id is not None and image.environment_id.startswith("env-")
+
+
+def test_the_mirror_rewrites_only_the_main_public_code_host(tmp_path: Path) -> None:
+    from runner_assembly.defaults import Mirror
+
+    res = resolver(tmp_path, mirror=Mirror(baseUrl="https://mirror.internal/gh"),
+                   imageSource=SOURCE, images=[BuiltImage(source=SOURCE, image=IMAGE)])
+    bundle = {"kind": "gitbundle", "repoUrl": "https://github.com/acme/tools",
+              "bundles": [{"subpath": "x", "target_path": "x",
+                           "repoUrl": "https://gitlab.example/acme/other.git"}]}
+    fetches = res.resolve({"tenantId": "t", "resourceBundleRef": bundle}, "profile-1",
+                          {}).fetches
+    assert [(f.repo_url, f.fetch_repo_url, f.mirror_used, f.mirror_base_url)
+            for f in fetches] == [
+        ("https://github.com/acme/tools", "https://mirror.internal/gh/acme/tools.git", True,
+         "https://mirror.internal/gh"),
+        ("https://gitlab.example/acme/other.git", "https://gitlab.example/acme/other.git",
+         False, None)]
+
+
+async def test_the_driver_creates_the_pvc_then_the_job_then_its_owned_secret(
+    kmock: Any, tmp_path: Path
+) -> None:
+    plan = plan_of(tmp_path)
+    handle = await driver_for(kmock).create(spec_of(plan))
+    assert handle.adopted is False and handle.name == "svc-v01-job-01abc"
+    stored = objects_of(kmock)
+    assert set(stored) == {"persistentvolumeclaims/svc-v01-session-ses-k8s",
+                           "jobs/svc-v01-job-01abc", "secrets/svc-v01-job-01abc-env"}
+    posts = [r.url.path for r in kmock if r.method == "POST"]
+    assert posts == [PVCS, JOBS, SECRETS], "PVC before the Job, Secret after it"
+    job, secret = stored["jobs/svc-v01-job-01abc"], stored["secrets/svc-v01-job-01abc-env"]
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", job["metadata"]["name"],
+                                                            job["metadata"]["uid"])
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert data["LAB_API_KEY"] == LAB_KEY
+    assert LAB_KEY not in data["job-spec.json"], "the spec holds names only"
+    assert json.loads(data["job-spec.json"])["plan"]["jobName"] == "svc-v01-job-01abc"
+    for obj in (job, secret, stored["persistentvolumeclaims/svc-v01-session-ses-k8s"]):
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+async def test_a_second_create_adopts_everything(kmock: Any, tmp_path: Path) -> None:
+    driver = driver_for(kmock)
+    spec = spec_of(plan_of(tmp_path))
+    await driver.create(spec)
+    again = await driver.create(spec)
+    assert again.adopted is True
+    assert len(objects_of(kmock)) == 3
+
+
+async def test_a_500_whose_create_happened_converges_by_adoption(
+    kmock: Any, tmp_path: Path
+) -> None:
+    kmock[f"post {JOBS}"][:1] << 500
+    handle = await driver_for(kmock).create(spec_of(plan_of(tmp_path)))
+    assert handle.adopted is True, "the lost create was found, not duplicated"
+    assert sorted(objects_of(kmock)) == ["jobs/svc-v01-job-01abc",
+                                         "persistentvolumeclaims/svc-v01-session-ses-k8s",
+                                         "secrets/svc-v01-job-01abc-env"]
+
+
+async def test_a_422_fails_cleanly_with_no_secret_and_no_body(
+    kmock: Any, tmp_path: Path
+) -> None:
+    kmock[f"post {JOBS}"] << 422 << {"kind": "Status", "message": f"bad {SECRET_CANARY}"}
+    with pytest.raises(DriverError) as refused:
+        await driver_for(kmock).create(spec_of(plan_of(tmp_path)))
+    assert refused.value.kind == "infra-failed"
+    assert refused.value.message == "kubernetes refused the Job (HTTP 422)"
+    assert not any(key.startswith("secrets/") for key in objects_of(kmock)), "no orphan"
+
+
+async def test_timeouts_and_lost_responses_are_retried_until_they_converge(
+    kmock: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    for name in ("kubernetes", "client", "urllib3"):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    kmock[f"post {PVCS}"][:1] << (lambda: asyncio.sleep(1.5)) << {}
+    kmock[f"post {SECRETS}"][:1] << 503
+    driver = driver_for(kmock, attempts=4, request_timeout=(1.0, 0.5))
+    await driver.create(spec_of(plan_of(tmp_path)))
+    stored = objects_of(kmock)
+    assert sorted(stored) == ["jobs/svc-v01-job-01abc",
+                              "persistentvolumeclaims/svc-v01-session-ses-k8s",
+                              "secrets/svc-v01-job-01abc-env"], "one of each, no twin"
+    assert stored["secrets/svc-v01-job-01abc-env"]["metadata"]["ownerReferences"]
+    logged = caplog.text
+    encoded = base64.b64encode(LAB_KEY.encode()).decode()
+    assert LAB_KEY not in logged and encoded not in logged
+
+
+async def test_exhausted_retries_fail_without_an_orphaned_secret(
+    kmock: Any, tmp_path: Path
+) -> None:
+    kmock[f"post {JOBS}"] << 503 << {"message": f"busy {SECRET_CANARY}"}
+    kmock[f"get {JOBS}/svc-v01-job-01abc"] << 503 << {"message": f"busy {SECRET_CANARY}"}
+    with pytest.raises(DriverError) as failed:
+        await driver_for(kmock, attempts=3).create(spec_of(plan_of(tmp_path)))
+    assert failed.value.message == "kubernetes did not answer for the Job"
+    assert not any(key.startswith("secrets/") for key in objects_of(kmock))
+
+
+async def test_status_and_cancel_follow_the_job(kmock: Any, tmp_path: Path) -> None:
+    driver = driver_for(kmock)
+    await driver.create(spec_of(plan_of(tmp_path)))
+    assert (await driver.status("job_01abc")).state == "running"
+    kmock[f"get {JOBS}/svc-v01-job-01abc"] << {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "svc-v01-job-01abc"},
+        "status": {"succeeded": 1}}
+    assert (await driver.status("job_01abc")).state == "completed"
+    await driver.cancel("job_01abc")
+    assert (await driver.status("job_nope")).failure_kind == "infra-failed"
