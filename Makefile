@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+CHECKOV := .venv-checkov/bin/checkov
 
 .PHONY: setup run test lint test-embedded test-pg15 bench clean
 
@@ -11,6 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# checkov pins its own dependency tree, so it gets an environment of its own.
+$(CHECKOV):
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet 'checkov==3.3.30'
 
 setup: $(STAMP)
 
@@ -23,10 +29,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test-embedded: $(STAMP)
+test-embedded: $(STAMP) $(CHECKOV)
 	$(BIN)/pytest -q
 
-test-pg15: $(STAMP)
+test-pg15: $(STAMP) $(CHECKOV)
 	bash scripts/with-pg15.sh $(BIN)/pytest -q
 
 bench: $(STAMP)
@@ -35,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.run
 
 clean:
-	rm -rf $(VENV) .svc .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-checkov .svc .pytest_cache .mypy_cache .ruff_cache .hypothesis
