@@ -11,6 +11,7 @@ from api.health import VERSION
 from cli.admin import db_app, ledger_app
 from cli.manifest_cmd import manifest_app
 from cli.queue_cmd import queue_app
+from cli.runs_cmd import runs_app
 from cli.serve import serve
 
 app = App(
@@ -21,6 +22,7 @@ app = App(
 )
 app.command(serve)
 app.command(queue_app)
+app.command(runs_app)
 app.command(db_app)
 app.command(ledger_app)
 app.command(manifest_app)

@@ -19,7 +19,7 @@ DryRun = Annotated[bool, Parameter(help="Plan only: answer what would change, ch
 EXIT_USAGE, EXIT_UNREACHABLE = 2, 3
 
 
-def _respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
+def respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
              summary: Callable[[dict[str, Any]], None]) -> int:
     """Send, then print the answer in the requested form; return the exit status."""
     try:
@@ -33,14 +33,14 @@ def _respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
         print(response.text)
     elif output.full:
         render.full(response.data)
-    elif isinstance(response.data, dict) and "plan" in response.data:
+    elif isinstance(response.data, dict) and "mutation" in response.data:
         render.plan(response.data)
     else:
         summary(response.data)
     return 0
 
 
-def _read_json_input(json_stdin: bool, json_file: Path | None) -> bytes | None:
+def read_json_input(json_stdin: bool, json_file: Path | None) -> bytes | None:
     if json_stdin and json_file is not None:
         render.error("invalid-request", "use either --json-stdin or --json-file, not both")
         return None
@@ -76,10 +76,10 @@ def submit(
     echo '{"tenantId":"t","projectId":"p","queue":"main","title":"Fix","payload":{"prompt":"…"}}'
     | svc queue submit --json-stdin
     """
-    body = _read_json_input(json_stdin, json_file)
+    body = read_json_input(json_stdin, json_file)
     if body is None:
         return EXIT_USAGE
-    return _respond(lambda: call(api or ApiOptions(), "POST", "/api/v1/queue/tasks",
+    return respond(lambda: call(api or ApiOptions(), "POST", "/api/v1/queue/tasks",
                                  params={"dryRun": dry_run or None}, body=body),
                     output or render.OutputOptions(), render.task_summary)
 
@@ -97,7 +97,7 @@ def list_tasks(
     """List tasks, newest change first (oldest first with --updated-after)."""
     params = {"queue": queue, "state": state, "cursor": cursor, "limit": limit,
               "updatedAfter": updated_after}
-    return _respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
+    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
                                  params=params),
                     output or render.OutputOptions(), render.task_list)
 
@@ -106,7 +106,7 @@ def list_tasks(
 def show(task_id: str, *, api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
     """Show one task: state, summary, latest attempt and session path."""
-    return _respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id)),
+    return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id)),
                     output or render.OutputOptions(), render.task_summary)
 
 
@@ -114,7 +114,7 @@ def show(task_id: str, *, api: ApiOptions | None = None,
 def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
           api: ApiOptions | None = None) -> int:
     """Task counts by state, lane and backend profile."""
-    return _respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
+    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
                                  params={"queue": queue}),
                     render.OutputOptions(), render.stats)
 
@@ -128,7 +128,7 @@ def commander(
 ) -> int:
     """The tasks needing attention first (blocked, failed, running, pending), with counts."""
     params = {"queue": queue, "readerId": reader_id, "limit": limit}
-    return _respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
+    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
                                  params=params),
                     output or render.OutputOptions(), render.commander)
 
@@ -143,7 +143,7 @@ def read(task_id: str, *,
     import msgspec
 
     body = msgspec.json.encode({"readerId": reader_id})
-    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
                                  params={"dryRun": dry_run or None}, body=body),
                     output or render.OutputOptions(), render.task_summary)
 
@@ -157,7 +157,7 @@ def cancel(task_id: str, *,
     import msgspec
 
     body = msgspec.json.encode({"reason": reason} if reason else {})
-    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
                                  params={"dryRun": dry_run or None}, body=body),
                     output or render.OutputOptions(), render.task_summary)
 
@@ -178,11 +178,11 @@ def dispatch(
     """
     body = b"{}"
     if json_stdin or json_file is not None:
-        read = _read_json_input(json_stdin, json_file)
+        read = read_json_input(json_stdin, json_file)
         if read is None:
             return EXIT_USAGE
         body = read
-    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "dispatch"),
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "dispatch"),
                                  params={"dryRun": dry_run or None}, body=body),
                     output or render.OutputOptions(), render.task_summary)
 
@@ -191,7 +191,7 @@ def dispatch(
 def refresh(task_id: str, *, dry_run: DryRun = False, api: ApiOptions | None = None,
             output: render.OutputOptions | None = None) -> int:
     """Write the run's terminal state back to the task (no-op while it still runs)."""
-    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "refresh"),
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "refresh"),
                                  params={"dryRun": dry_run or None}, body=b"{}"),
                     output or render.OutputOptions(), render.task_summary)
 
@@ -204,7 +204,7 @@ def attempts(
     api: ApiOptions | None = None, output: render.OutputOptions | None = None,
 ) -> int:
     """The attempt history of a task, oldest first."""
-    return _respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
+    return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
                                  params={"cursor": cursor, "limit": limit}),
                     output or render.OutputOptions(), render.attempt_list)
 
@@ -226,6 +226,6 @@ def retry(
     import msgspec
 
     body = msgspec.json.encode({"idempotencyKey": idempotency_key, "reason": reason})
-    return _respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "retry"),
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "retry"),
                                  params={"dryRun": dry_run or None}, body=body),
                     output or render.OutputOptions(), render.attempt_summary)

@@ -182,3 +182,57 @@ def plan(data: dict[str, Any]) -> None:
     for key in ("taskId", "queue", "lane", "payloadHash"):
         if body.get(key):
             out(f"  {key}: {body[key]}")
+    job = body.get("runnerJob")
+    if job:
+        runner_job_plan(job)
+    failure = body.get("assemblyFailure")
+    if failure:
+        out(f"  assembly would fail: {failure['failureKind']}: {failure['failureMessage']}")
+
+
+def runner_job_plan(plan: dict[str, Any]) -> None:
+    """A runner job plan: names, keys, paths and hashes (it holds no value)."""
+    image = plan["image"]
+    out(f"  runner job: {plan['jobName']} ({plan['driver']}, namespace {plan['namespace']})")
+    out(f"  image: {image.get('image') or '-'} [{image['status']}]"
+        f" environment={image.get('environmentId') or '-'}")
+    for use in plan["secrets"]:
+        where = use.get("envName") or use.get("mountPath") or use["projection"]
+        label = f"{use.get('tool')}/{use.get('purpose')}" if use.get("tool") else use["role"]
+        out(f"  secret {use['name']} keys={','.join(use['keys'])} {label} -> {where}")
+    transient = plan["transientEnv"]
+    out(f"  env: {' '.join(e['name'] for e in plan['env'])}")
+    out(f"  transientEnv: {transient['count']} ({', '.join(transient['names']) or '-'})"
+        f" sha256={transient.get('sha256') or '-'}")
+    volume = plan.get("sessionVolume")
+    if volume:
+        out(f"  session volume: {volume['pvcName']} {volume['size']} {volume['storageClass']}"
+            f" subdir={volume['rolloutSubdir']}")
+    bundle = plan.get("resourceBundle")
+    if bundle:
+        out(f"  bundle: {bundle['repoUrl']} ref={bundle.get('ref') or '-'}"
+            f" commit={bundle.get('commitId') or '-'} skills={','.join(bundle['requiredSkills'])}")
+    out(f"  valuesPrinted: {str(plan['valuesPrinted']).lower()}")
+
+
+def runner_job(job: dict[str, Any]) -> None:
+    """A run's runner job: state, failure, plan and the assembly event in brief."""
+    out(f"run {job['runId']}  job {job['runnerJobId']}  {job['status']}"
+        f"  attempt {job['attemptId']} {job.get('attemptState') or '-'}"
+        f"  failure={job.get('failureKind') or '-'}")
+    if job.get("failureMessage"):
+        out(f"  failureMessage: {job['failureMessage']}")
+    if job.get("plan"):
+        runner_job_plan(job["plan"])
+    event = job.get("assembly")
+    if event:
+        repo = event.get("repository") or {}
+        out(f"  assembled: commit={repo.get('materializedCommit') or '-'}"
+            f" steps={','.join(event.get('steps', []))}")
+        for prompt in event.get("promptRefs", []):
+            out(f"  prompt {prompt['name']} {prompt['path']} bytes={prompt['bytes']}"
+                f" injected={str(prompt['injected']).lower()}")
+        out(f"  skills: {', '.join(s['name'] for s in event.get('skills', [])) or '-'}"
+            f"  tools: {', '.join(t['name'] for t in event.get('tools', [])) or '-'}")
+        if event.get("failure"):
+            out(f"  assembly failure: {event['failure']['kind']}")

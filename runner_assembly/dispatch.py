@@ -9,6 +9,7 @@ of the same name) and records the result. Replaying it is always safe.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from runner_assembly.settings import RunnerSettings
 from runner_assembly.transient_env import check_transient_env
 
 SQL = load_queries("runner_assembly", "dispatch.sql")
+log = logging.getLogger(__name__)
 MAX_FAILURE_MESSAGE = 500
 ACTOR = "dispatcher"
 
@@ -244,6 +246,8 @@ class Dispatcher:
             try:
                 plan = self.job_plan(facts, ids, env)
             except AssemblyFailure as failure:
+                log.debug("assembly of attempt %s failed: %s: %s", attempt_id, failure.kind,
+                          failure.message)
                 await self._fail(task_id, attempt_id, failure.kind, failure.message)
                 return
             if self.settings.retention and not await self._take_capacity(conn):
@@ -251,6 +255,8 @@ class Dispatcher:
                                  "runner capacity of the namespace is exhausted")
                 return
             spec = self._job_spec(facts, row, plan, env)
+            log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
+                      attempt_id, msgspec.json.encode(plan).decode())
             try:
                 handle = await self.driver.create(spec)
             except DriverError as error:

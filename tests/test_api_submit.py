@@ -147,10 +147,13 @@ async def test_secret_shaped_values_never_reach_the_ledger_or_responses(
     canary = "CanarySecretValue0123456789abcdefXYZ"
     body = task_body(
         payload={"prompt": f"clone https://bot:{canary}@git.example.org/x.git"},
-        workspaceRef={"repoUrl": f"https://{canary}@git.example.org/y.git"},
         metadata={"token": canary, "note": f"password={canary}",
                   "dsn": f"postgresql://app:{canary}@db:5432/x"},
     )
+    refused = await client.post(TASKS, json={**body, "workspaceRef": {
+        "repoUrl": f"https://{canary}@git.example.org/y.git"}})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "schema-invalid"
+    assert canary not in refused.text, "a credential in a repository URL is refused unechoed"
     response = await client.post(TASKS, json=body)
     assert response.status_code == 201
     assert canary not in response.text

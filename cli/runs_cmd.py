@@ -1,0 +1,60 @@
+"""``svc runs …``: a run's runner job, its value-free plan and its assembly event."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import quote
+
+from cyclopts import App, Parameter
+
+from cli import render
+from cli.client import ApiOptions, call
+from cli.queue_cmd import EXIT_USAGE, read_json_input, respond
+
+runs_app = App(name="runs", help="Show and plan the runner jobs of core runs.")
+BodyStdin = Annotated[bool, Parameter(
+    help='Read {"transientEnv": {...}} from standard input (values are never printed).')]
+BodyFile = Annotated[Path | None, Parameter(help="Read the runner-job body from a file.")]
+
+
+def _path(run_id: str) -> str:
+    return f"/api/v1/runs/{quote(run_id, safe='')}/runner-job"
+
+
+def _body(json_stdin: bool, json_file: Path | None) -> bytes | None:
+    if not json_stdin and json_file is None:
+        return b"{}"
+    return read_json_input(json_stdin, json_file)
+
+
+@runs_app.command
+def show(run_id: str, *, api: ApiOptions | None = None,
+         output: render.OutputOptions | None = None) -> int:
+    """The run's runner job: plan (secret names and keys, env names, mounts), status,
+    failure and the assembly event (commit, prompts, skills, tools)."""
+    return respond(lambda: call(api or ApiOptions(), "GET", _path(run_id)),
+                    output or render.OutputOptions(), render.runner_job)
+
+
+@runs_app.command
+def plan(run_id: str, *, json_stdin: BodyStdin = False, json_file: BodyFile = None,
+         api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
+    """Render the runner job of a run without creating anything (a dry run)."""
+    body = _body(json_stdin, json_file)
+    if body is None:
+        return EXIT_USAGE
+    return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id),
+                                 params={"dryRun": True}, body=body),
+                    output or render.OutputOptions(), render.runner_job)
+
+
+@runs_app.command
+def start(run_id: str, *, json_stdin: BodyStdin = False, json_file: BodyFile = None,
+          api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
+    """Create the runner job of a reserved run (adopts it if it already exists)."""
+    body = _body(json_stdin, json_file)
+    if body is None:
+        return EXIT_USAGE
+    return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id), body=body),
+                    output or render.OutputOptions(), render.runner_job)

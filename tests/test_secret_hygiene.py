@@ -1,0 +1,138 @@
+"""Secret hygiene (issue 4 item 7): canary values planted in every secret, transientEnv
+entry, repository credential and LAB_API_KEY never appear -- raw, base64-, URL- or
+JSON-encoded -- in any HTTP body, CLI output, log line at DEBUG, ledger payload, job file
+or backend output, across dispatch, dry runs and failure paths."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from urllib.parse import quote
+
+import asyncpg
+import httpx
+
+from tests.bundles import bundle_ref, make_bundle_repo
+from tests.conftest import running_api
+from tests.support import SECRET_CANARY, task_body
+from tests.test_cli import svc
+
+TOOL_CANARY = "ToolTok#/!%:@canary-7d21"
+REPO_CANARY = "P@ss#w/rd!%:canary-4c3e"
+TRANSIENT_CANARY = "Transient&canary=5a9b"
+LAB_CANARY = "LabApiKey-canary-88f0"
+CANARIES = (SECRET_CANARY, TOOL_CANARY, REPO_CANARY, TRANSIENT_CANARY, LAB_CANARY)
+SECRET_PROJECTIONS = ("job-secret", ".backend", ".ssh")
+"""Job paths that are the secret projections themselves: the only places values belong."""
+
+
+def encodings(value: str) -> set[str]:
+    """The forms a leaked value could take."""
+    return {value, base64.b64encode(value.encode()).decode(), quote(value, safe=""),
+            json.dumps(value)[1:-1]}
+
+
+def leaks(text: str) -> list[str]:
+    return [form for canary in CANARIES for form in encodings(canary) if form in text]
+
+
+def plant_secrets(data: Path) -> None:
+    for name, values in {
+        "tool-token": {"GIT_HOST_TOKEN": TOOL_CANARY},
+        "tool-ssh": {"id_ed25519": TOOL_CANARY, "known_hosts": "k", "config": "c"},
+        "repo-cred": {"username": "bot", "password": REPO_CANARY},
+    }.items():
+        folder = data / "secrets" / "svc-v01" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for key, value in values.items():
+            (folder / key).write_text(value)
+
+
+def policy(*names: str) -> dict[str, object]:
+    credentials = {
+        "tool-token": {"tool": "git-host", "purpose": "pull-request",
+                       "secretRef": {"name": "tool-token", "keys": ["GIT_HOST_TOKEN"]},
+                       "projection": {"kind": "env", "envName": "GIT_HOST_TOKEN"}},
+        "tool-ssh": {"tool": "git-host", "purpose": "git-host-ssh",
+                     "secretRef": {"name": "tool-ssh",
+                                   "keys": ["id_ed25519", "known_hosts", "config"]},
+                     "projection": {"kind": "volume", "mountPath": "/home/svc/.ssh"}},
+        "missing": {"tool": "git-host", "purpose": "pull-request",
+                    "secretRef": {"name": "no-such-secret", "keys": ["GIT_HOST_TOKEN"]},
+                    "projection": {"kind": "env", "envName": "GIT_HOST_TOKEN"}},
+    }
+    return {"secretScope": {"toolCredentials": [credentials[n] for n in names]}}
+
+
+async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> None:
+    repo = make_bundle_repo(tmp_path / "src")
+    plant_secrets(tmp_path / "data")
+    outputs: list[str] = []
+    env = {"SVC_LOG_LEVEL": "DEBUG"}
+    async with running_api(database_url, tmp_path, env) as api, httpx.AsyncClient() as http:
+        async def post(path: str, body: object) -> httpx.Response:
+            response = await http.post(f"{api}{path}", json=body)
+            outputs.append(response.text)
+            return response
+
+        bundle = bundle_ref(repo, credentialRef={"name": "repo-cred",
+                                                 "keys": ["username", "password"]})
+        good = (await post("/api/v1/queue/tasks", task_body(
+            resourceBundleRef=bundle, executionPolicy=policy("tool-token", "tool-ssh")))).json()
+        transient = json.dumps({"transientEnv": {"LAB_API_KEY": LAB_CANARY,
+                                                 "OWNER_CONTEXT": TRANSIENT_CANARY}})
+        for args in (("queue", "dispatch", good["taskId"], "--json-stdin", "--dry-run"),
+                     ("queue", "dispatch", good["taskId"], "--json-stdin", "--raw")):
+            result = svc(*args, api=api, stdin=transient)
+            assert result.returncode == 0, result.stderr
+            outputs += [result.stdout, result.stderr]
+        for _ in range(100):
+            task = (await post(f"/api/v1/queue/tasks/{good['taskId']}/refresh", {})).json()
+            if task["state"] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert task["state"] == "completed", task
+        run_id = task["latestAttempt"]["runId"]
+        for args in (("runs", "show", run_id), ("runs", "show", run_id, "--raw"),
+                     ("runs", "plan", run_id, "--json-stdin"), ("queue", "show",
+                                                                good["taskId"], "--full")):
+            result = svc(*args, api=api, stdin=transient)
+            assert result.returncode == 0, result.stderr
+            outputs += [result.stdout, result.stderr]
+        missing = (await post("/api/v1/queue/tasks", task_body(
+            executionPolicy=policy("missing")))).json()
+        failed = await post(f"/api/v1/queue/tasks/{missing['taskId']}/dispatch",
+                            {"transientEnv": {"LAB_API_KEY": LAB_CANARY}})
+        assert failed.json()["latestAttempt"]["failureKind"] == "secret-unavailable"
+        for bad in ({"transientEnv": {"GIT_HOST_TOKEN": TOOL_CANARY}},
+                    {"transientEnv": {"lower-case": LAB_CANARY}}):
+            assert (await post(f"/api/v1/queue/tasks/{good['taskId']}/dispatch",
+                               bad)).status_code == 400
+        url = f"https://bot:{REPO_CANARY}@code.example/acme/repo.git"
+        refused = await post("/api/v1/queue/tasks", task_body(
+            resourceBundleRef={"kind": "gitbundle", "repoUrl": url}))
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "schema-invalid"
+    outputs += [path.read_text() for path in tmp_path.glob("serve-*.log")]
+    conn = await asyncpg.connect(database_url)
+    try:
+        outputs += [r["payload"] for r in await conn.fetch("SELECT payload::text FROM ledger")]
+        outputs += [r["t"] for r in await conn.fetch(
+            "SELECT row_to_json(r)::text AS t FROM run_record r")]
+    finally:
+        await conn.close()
+    jobs = tmp_path / "data" / "jobs"
+    files = [p for p in jobs.rglob("*") if p.is_file()
+             and not set(SECRET_PROJECTIONS) & set(p.relative_to(jobs).parts)]
+    assert any(p.name == "stdout.log" for p in files) and any(p.name == "assembly.json"
+                                                             for p in files)
+    outputs += [p.read_text(errors="replace") for p in files]
+    projected = "".join(p.read_text(errors="replace") for p in jobs.rglob("*")
+                        if p.is_file() and p not in files)
+    assert LAB_CANARY in projected and TOOL_CANARY in projected and SECRET_CANARY in projected, \
+        "the canaries really went through the run (into its secret projections only)"
+    assert any("DEBUG" in text for text in outputs), "the server logged at DEBUG"
+    found = {form for text in outputs for form in leaks(text)}
+    assert found == set(), f"leaked: {found}"
