@@ -91,37 +91,36 @@ class KubernetesDriver:
 
     def _ensure(self, kind: str, body: dict[str, Any], create: Callable[..., Any],
                 read: Callable[..., Any]) -> tuple[Any, bool]:
-        """Create ``body``; on AlreadyExists read and adopt it. Retries transient failures."""
-        name = body["metadata"]["name"]
-        for attempt in range(self.attempts):
-            try:
-                return create(self.namespace, body, _request_timeout=self.request_timeout), False
-            except ApiException as error:
-                if error.status == 409:
-                    return self._call(kind, partial(read, name, self.namespace,
-                                                    _request_timeout=self.request_timeout)), True
-                if error.status not in RETRYABLE:
-                    raise DriverError("infra-failed", f"kubernetes refused the {kind} "
-                                      f"(HTTP {error.status})") from None
-            except urllib3.exceptions.HTTPError:
-                pass
-            time.sleep(self.backoff_s * 2 ** attempt)
-        raise DriverError("infra-failed", f"kubernetes did not accept the {kind} after "
-                          f"{self.attempts} attempts")
+        """Create ``body``; on AlreadyExists read and adopt it."""
+        name, timeout = body["metadata"]["name"], self.request_timeout
+        try:
+            return self._retrying(kind, partial(create, self.namespace, body,
+                                                _request_timeout=timeout)), False
+        except ApiException as error:
+            if error.status != 409:
+                raise DriverError("infra-failed", f"kubernetes refused the {kind} "
+                                  f"(HTTP {error.status})") from None
+        try:
+            return self._retrying(kind, partial(read, name, self.namespace,
+                                                _request_timeout=timeout)), True
+        except ApiException as error:
+            raise DriverError("infra-failed", f"kubernetes could not read the {kind} "
+                              f"(HTTP {error.status})") from None
 
-    def _call(self, kind: str, call: Callable[[], Any]) -> Any:
-        """One read, with the same retry rules and no response body in errors."""
+    def _retrying(self, kind: str, call: Callable[[], Any]) -> Any:
+        """``call``, retried with backoff on 5xx, 429 and timeouts; other API errors are
+        raised as they are (their bodies never leave this module)."""
         for attempt in range(self.attempts):
             try:
                 return call()
             except ApiException as error:
                 if error.status not in RETRYABLE:
-                    raise DriverError("infra-failed", f"kubernetes could not read the {kind} "
-                                      f"(HTTP {error.status})") from None
+                    raise
             except urllib3.exceptions.HTTPError:
                 pass
             time.sleep(self.backoff_s * 2 ** attempt)
-        raise DriverError("infra-failed", f"kubernetes did not answer for the {kind}")
+        raise DriverError("infra-failed", f"kubernetes did not answer for the {kind} after "
+                          f"{self.attempts} attempts")
 
     async def status(self, runner_job_id: str) -> JobStatus:
         """The Job's state: succeeded → completed, failed → failed, else running."""

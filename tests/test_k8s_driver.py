@@ -270,7 +270,7 @@ async def test_exhausted_retries_fail_without_an_orphaned_secret(
     kmock[f"get {JOBS}/svc-v01-job-01abc"] << 503 << {"message": f"busy {SECRET_CANARY}"}
     with pytest.raises(DriverError) as failed:
         await driver_for(kmock, attempts=3).create(spec_of(plan_of(tmp_path)))
-    assert failed.value.message == "kubernetes did not answer for the Job"
+    assert failed.value.message == "kubernetes did not answer for the Job after 3 attempts"
     assert not any(key.startswith("secrets/") for key in objects_of(kmock))
 
 
