@@ -10,6 +10,7 @@ import json
 import queue
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -20,6 +21,7 @@ from litestar.testing import AsyncTestClient
 from api.app import create_app
 from runner_assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.settings import RunnerSettings
+from tests.bundles import bundle_ref, make_bundle_repo
 from tests.support import SECRET_CANARY, snapshot
 from tests.test_dispatch import TASKS, dispatch, submit
 from tests.test_k8s_driver import IMAGE, JOBS, SOURCE, UidEmulator, objects_of
@@ -44,8 +46,6 @@ def kube() -> Iterator[Any]:
     yield ready.get(timeout=10)
     loop.call_soon_threadsafe(stop.set)
     thread.join(timeout=10)
-BUNDLE = {"kind": "gitbundle", "repoUrl": "https://github.com/acme/bundle",
-          "requiredSkills": [{"name": "review"}]}
 
 
 def kubernetes_settings(base: RunnerSettings, server: Any) -> RunnerSettings:
@@ -56,11 +56,12 @@ def kubernetes_settings(base: RunnerSettings, server: Any) -> RunnerSettings:
 
 
 async def test_a_dispatch_renders_valid_objects_through_the_kubernetes_driver(
-    kube: Any, database_url: str, runner_settings: RunnerSettings
+    kube: Any, database_url: str, runner_settings: RunnerSettings, tmp_path: Path
 ) -> None:
     settings = kubernetes_settings(runner_settings, kube)
+    bundle = bundle_ref(make_bundle_repo(tmp_path))
     async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
-        task_id = await submit(client, resourceBundleRef=BUNDLE,
+        task_id = await submit(client, resourceBundleRef=bundle,
                                sessionRef={"sessionId": "ses_kube", "conversationId": "c"})
         dry = await client.post(f"{TASKS}/{task_id}/dispatch?dryRun=true",
                                 json={"transientEnv": {"LAB_API_KEY": SECRET_CANARY}})
@@ -68,6 +69,7 @@ async def test_a_dispatch_renders_valid_objects_through_the_kubernetes_driver(
         plan = dry.json()["plan"]["runnerJob"]
         assert plan["driver"] == "kubernetes" and plan["image"]["image"] == IMAGE
         assert plan["image"]["status"] == "reused"
+        assert [p["path"] for p in plan["resourceBundle"]["promptRefs"]] == ["prompts/system.md"]
         assert objects_of(kube) == {}, "a dry run creates nothing"
         task = await dispatch(client, task_id,
                               {"transientEnv": {"LAB_API_KEY": SECRET_CANARY}})
@@ -104,3 +106,16 @@ async def test_an_api_refusal_is_recorded_without_its_body(
         shown = await client.get(f"{TASKS}/{task_id}")
     assert SECRET_CANARY not in shown.text and SECRET_CANARY not in str(before)
     assert not any(key.startswith("secrets/") for key in objects_of(kube))
+
+
+async def test_an_environment_without_a_built_image_is_build_required(
+    kube: Any, database_url: str, runner_settings: RunnerSettings
+) -> None:
+    settings = dataclasses.replace(kubernetes_settings(runner_settings, kube),
+                                   defaults=RuntimeDefaults(imageSource=SOURCE))
+    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+        task_id = await submit(client)
+        task = await dispatch(client, task_id)
+    assert task["state"] == "blocked"
+    assert task["latestAttempt"]["failureKind"] == "build-required"
+    assert objects_of(kube) == {}, "nothing was created in the cluster"
