@@ -41,9 +41,10 @@ from ledger.task import (
 from ledger.writer import LedgerWriter, Outcome
 from runner_assembly import faults
 from runner_assembly.drivers import CANCELLED, DriverError, JobSpec, RunnerDriver
+from runner_assembly.failures import AssemblyFailure
 from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.profiles import PROFILE_SECRETS
-from runner_assembly.resolve import AssemblyFailure, Resolver
+from runner_assembly.resolve import Resolver
 from runner_assembly.secret_store import FileSecretStore
 from runner_assembly.settings import RunnerSettings
 from runner_assembly.transient_env import check_transient_env

@@ -25,8 +25,8 @@ from runner_assembly.drivers import (
     JobSpec,
     JobStatus,
 )
+from runner_assembly.failures import MINIMAL_PATH
 
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 ASSEMBLY_FILE = "assembly.json"
 """The runner's bounded assembly event (SPEC 6)."""
 JOB_SECRET_DIR = "job-secret"

@@ -20,8 +20,8 @@ from typing import Any
 
 from ledger.task import BLOCKER_KINDS
 from runner_assembly.drivers import BLOCKED, CANCELLED, COMPLETED, FAILED
+from runner_assembly.failures import AssemblyFailure
 from runner_assembly.local_driver import ASSEMBLY_FILE, JOB_SECRET_DIR, write_json_atomically
-from runner_assembly.resolve import AssemblyFailure
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.layout import local_layout
 from runner_assembly.runner.projection import SecretSource

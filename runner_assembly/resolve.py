@@ -15,22 +15,12 @@ from typing import Any, Literal
 import msgspec
 
 from runner_assembly.defaults import RuntimeDefaults
+from runner_assembly.failures import AssemblyFailure
 from runner_assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
 from runner_assembly.profiles import PROFILE_SECRETS
 from runner_assembly.secret_store import FileSecretStore
 
 SESSION_VOLUME_SIZE = "1Gi"
-
-
-class AssemblyFailure(Exception):
-    """A step of assembly failed; ``kind`` is the SPEC 7 failure kind."""
-
-    def __init__(self, kind: str, message: str,
-                 details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.details = details or {}
 
 
 class SecretUse(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):

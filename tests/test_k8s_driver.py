@@ -21,10 +21,11 @@ from kmock._internal import enums
 from runner_assembly import k8s_objects
 from runner_assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.drivers import DriverError, JobSpec
+from runner_assembly.failures import AssemblyFailure
 from runner_assembly.k8s_driver import KubernetesDriver, api_client
 from runner_assembly.model import ImageSource
 from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
-from runner_assembly.resolve import AssemblyFailure, Resolver
+from runner_assembly.resolve import Resolver
 from runner_assembly.secret_store import FileSecretStore
 from tests.support import SECRET_CANARY, write_profile_secret
 from tests.test_k8s_manifests import KUBERNETES_VERSION, pod_security_violations

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ledger.redaction import redact
-from runner_assembly.resolve import AssemblyFailure
+from runner_assembly.failures import MINIMAL_PATH, AssemblyFailure
 from runner_assembly.runner import bundle, projection, prompts, smoke
 from runner_assembly.runner.layout import Layout
 
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_EVENT_BYTES = 64 * 1024
 
 

@@ -8,21 +8,20 @@ any file is written.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from runner_assembly.resolve import AssemblyFailure
+from runner_assembly.failures import MINIMAL_PATH, AssemblyFailure
 
 GIT_TIMEOUT_S = 300
 SAFE_CONFIG = ("-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true",
                "-c", "core.hooksPath=/dev/null", "-c", "submodule.recurse=false",
                "-c", "protocol.ext.allow=never", "-c", "core.symlinks=true",
                "-c", "advice.detachedHead=false")
-GIT_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+GIT_ENV = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8",
            "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
 
 
@@ -142,8 +141,3 @@ def inside(root: Path, relative: str) -> Path:
     if candidate != resolved_root and resolved_root not in candidate.parents:
         raise AssemblyFailure("schema-invalid", f"path {relative} leaves its root")
     return candidate
-
-
-def make_private(path: Path) -> None:
-    """Owner-only permissions on a directory tree's root."""
-    os.chmod(path, 0o700)

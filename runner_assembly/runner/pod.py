@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from runner_assembly.failures import AssemblyFailure
 from runner_assembly.k8s_objects import JOB_SPEC_DIR, SECRETS_ROOT
-from runner_assembly.resolve import AssemblyFailure
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.layout import POD_HOME, POD_WORKSPACE_ROOT, Layout
 from runner_assembly.runner.projection import SecretSource
