@@ -80,8 +80,8 @@ def submit(
     if body is None:
         return EXIT_USAGE
     return respond(lambda: call(api or ApiOptions(), "POST", "/api/v1/queue/tasks",
-                                 params={"dryRun": dry_run or None}, body=body),
-                    output or render.OutputOptions(), render.task_summary)
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), render.task_summary)
 
 
 @queue_app.command(name="list")
@@ -98,8 +98,8 @@ def list_tasks(
     params = {"queue": queue, "state": state, "cursor": cursor, "limit": limit,
               "updatedAfter": updated_after}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
-                                 params=params),
-                    output or render.OutputOptions(), render.task_list)
+                                params=params),
+                   output or render.OutputOptions(), render.task_list)
 
 
 @queue_app.command
@@ -107,7 +107,7 @@ def show(task_id: str, *, api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
     """Show one task: state, summary, latest attempt and session path."""
     return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id)),
-                    output or render.OutputOptions(), render.task_summary)
+                   output or render.OutputOptions(), render.task_summary)
 
 
 @queue_app.command
@@ -115,8 +115,8 @@ def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/la
           api: ApiOptions | None = None) -> int:
     """Task counts by state, lane and backend profile."""
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
-                                 params={"queue": queue}),
-                    render.OutputOptions(), render.stats)
+                                params={"queue": queue}),
+                   render.OutputOptions(), render.stats)
 
 
 @queue_app.command
@@ -129,8 +129,8 @@ def commander(
     """The tasks needing attention first (blocked, failed, running, pending), with counts."""
     params = {"queue": queue, "readerId": reader_id, "limit": limit}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
-                                 params=params),
-                    output or render.OutputOptions(), render.commander)
+                                params=params),
+                   output or render.OutputOptions(), render.commander)
 
 
 @queue_app.command
@@ -144,8 +144,8 @@ def read(task_id: str, *,
 
     body = msgspec.json.encode({"readerId": reader_id})
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
-                                 params={"dryRun": dry_run or None}, body=body),
-                    output or render.OutputOptions(), render.task_summary)
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), render.task_summary)
 
 
 @queue_app.command
@@ -158,8 +158,8 @@ def cancel(task_id: str, *,
 
     body = msgspec.json.encode({"reason": reason} if reason else {})
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
-                                 params={"dryRun": dry_run or None}, body=body),
-                    output or render.OutputOptions(), render.task_summary)
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), render.task_summary)
 
 
 @queue_app.command
@@ -183,8 +183,8 @@ def dispatch(
             return EXIT_USAGE
         body = read
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "dispatch"),
-                                 params={"dryRun": dry_run or None}, body=body),
-                    output or render.OutputOptions(), render.task_summary)
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), render.task_summary)
 
 
 @queue_app.command
@@ -192,8 +192,8 @@ def refresh(task_id: str, *, dry_run: DryRun = False, api: ApiOptions | None = N
             output: render.OutputOptions | None = None) -> int:
     """Write the run's terminal state back to the task (no-op while it still runs)."""
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "refresh"),
-                                 params={"dryRun": dry_run or None}, body=b"{}"),
-                    output or render.OutputOptions(), render.task_summary)
+                                params={"dryRun": dry_run or None}, body=b"{}"),
+                   output or render.OutputOptions(), render.task_summary)
 
 
 @queue_app.command
@@ -205,8 +205,8 @@ def attempts(
 ) -> int:
     """The attempt history of a task, oldest first."""
     return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
-                                 params={"cursor": cursor, "limit": limit}),
-                    output or render.OutputOptions(), render.attempt_list)
+                                params={"cursor": cursor, "limit": limit}),
+                   output or render.OutputOptions(), render.attempt_list)
 
 
 @queue_app.command
@@ -227,5 +227,5 @@ def retry(
 
     body = msgspec.json.encode({"idempotencyKey": idempotency_key, "reason": reason})
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "retry"),
-                                 params={"dryRun": dry_run or None}, body=body),
-                    output or render.OutputOptions(), render.attempt_summary)
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), render.attempt_summary)

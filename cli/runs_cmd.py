@@ -22,10 +22,15 @@ def _path(run_id: str) -> str:
     return f"/api/v1/runs/{quote(run_id, safe='')}/runner-job"
 
 
-def _body(json_stdin: bool, json_file: Path | None) -> bytes | None:
-    if not json_stdin and json_file is None:
-        return b"{}"
-    return read_json_input(json_stdin, json_file)
+def _post(run_id: str, json_stdin: bool, json_file: Path | None, dry_run: bool,
+          api: ApiOptions | None, output: render.OutputOptions | None) -> int:
+    """POST the runner-job body (``{}`` unless given) to the run's runner-job resource."""
+    body = read_json_input(json_stdin, json_file) if json_stdin or json_file else b"{}"
+    if body is None:
+        return EXIT_USAGE
+    return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id),
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), render.runner_job)
 
 
 @runs_app.command
@@ -34,27 +39,18 @@ def show(run_id: str, *, api: ApiOptions | None = None,
     """The run's runner job: plan (secret names and keys, env names, mounts), status,
     failure and the assembly event (commit, prompts, skills, tools)."""
     return respond(lambda: call(api or ApiOptions(), "GET", _path(run_id)),
-                    output or render.OutputOptions(), render.runner_job)
+                   output or render.OutputOptions(), render.runner_job)
 
 
 @runs_app.command
 def plan(run_id: str, *, json_stdin: BodyStdin = False, json_file: BodyFile = None,
          api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
     """Render the runner job of a run without creating anything (a dry run)."""
-    body = _body(json_stdin, json_file)
-    if body is None:
-        return EXIT_USAGE
-    return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id),
-                                 params={"dryRun": True}, body=body),
-                    output or render.OutputOptions(), render.runner_job)
+    return _post(run_id, json_stdin, json_file, True, api, output)
 
 
 @runs_app.command
 def start(run_id: str, *, json_stdin: BodyStdin = False, json_file: BodyFile = None,
           api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
     """Create the runner job of a reserved run (adopts it if it already exists)."""
-    body = _body(json_stdin, json_file)
-    if body is None:
-        return EXIT_USAGE
-    return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id), body=body),
-                    output or render.OutputOptions(), render.runner_job)
+    return _post(run_id, json_stdin, json_file, False, api, output)
