@@ -65,10 +65,17 @@ def serve(
     from api.app import create_app
     from api.observability import configure_logging
     from ledger.database import data_dir, resolve_database_url
-    from runner_assembly.drivers import DRIVERS
+    from runner_assembly.defaults import DefaultsError
+    from runner_assembly.drivers import DRIVERS, DriverError, make_driver
     from runner_assembly.settings import RunnerSettings
 
-    settings = RunnerSettings.from_env(data_dir())
+    try:
+        settings = RunnerSettings.from_env(data_dir())
+        if settings.driver in DRIVERS:
+            make_driver(settings)  # fail now, clearly, not in the middle of startup
+    except (DefaultsError, DriverError) as error:
+        render.error("invalid-request", str(error))
+        return 2
     if settings.driver not in DRIVERS:
         render.error("invalid-request", f"unknown runner driver {settings.driver!r}; "
                      f"SVC_RUNNER_DRIVER is one of {', '.join(DRIVERS)}")

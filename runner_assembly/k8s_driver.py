@@ -183,5 +183,10 @@ def api_client(host: str | None = None) -> k8s.ApiClient:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError):
+            raise DriverError("infra-failed", "no Kubernetes configuration: set "
+                              "SVC_KUBERNETES_API, run in a cluster or provide a "
+                              "kubeconfig") from None
     return k8s.ApiClient()

@@ -244,3 +244,18 @@ async def test_dispatch_refresh_attempts_and_retry_commands(served_api: str) -> 
     assert [a["retryIndex"] for a in raw["items"]] == [0, 1]
     missing = svc("queue", "retry", task_id, "--reason", "x", api=served_api)
     assert missing.returncode != 0 and "idempotency-key" in (missing.stdout + missing.stderr)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"SVC_RUNNER_DRIVER": "docker"}, "unknown runner driver 'docker'"),
+    ({"SVC_RUNTIME_DEFAULTS": "/nonexistent/defaults.json"}, "cannot read SVC_RUNTIME_DEFAULTS"),
+    ({"SVC_RUNNER_DRIVER": "kubernetes", "KUBECONFIG": "/nonexistent/kubeconfig"},
+     "no Kubernetes configuration"),
+])
+def test_serve_refuses_a_bad_runner_configuration_clearly(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    result = svc("serve", env={"SVC_DATA_DIR": str(tmp_path), "HOME": str(tmp_path), **env})
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: invalid-request: ") and message in result.stderr
+    assert "Traceback" not in result.stderr
