@@ -51,12 +51,13 @@ class RunnerJobController(Controller):
         dispatcher: Dispatcher = state.dispatcher
         facts = await dispatcher.facts(reserved["task_id"])
         env = dict(body.transient_env or {})
+        dispatcher.check_env(facts, env)
         if dry_run or body.dry_run:
             job = await dispatcher.plan_for(facts, [], reserved["attempt_id"], env)
             return views.plan("runner-job", reserved["task_id"], None, None, [], runId=run_id,
                               attemptState=reserved["state"], **job)
         if reserved["state"] == RESERVED:
-            await dispatcher.create_job(facts, reserved["attempt_id"], env)
+            await dispatcher.materialize(facts.task_id, reserved["attempt_id"], facts, env)
         return await runner_job(state, run_id)
 
 

@@ -125,7 +125,7 @@ class Dispatcher:
         """Reserve (or find) the attempt, then materialise it; return it with the outcome."""
         facts = await self.facts(task_id)
         env = transient_env or {}
-        check_transient_env(env, facts.contract, self.settings.defaults)
+        self.check_env(facts, env)
         command = DispatchTask(task_id, self._new_ids(facts, attempt_id),
                                named=attempt_id is not None)
         if dry_run:
@@ -175,11 +175,9 @@ class Dispatcher:
         return Ids(task_id=task_id, attempt_id=attempt_id, run_id=row["run_id"],
                    command_id=row["command_id"], runner_job_id=row["runner_job_id"])
 
-    async def create_job(self, facts: TaskFacts, attempt_id: str,
-                         transient_env: dict[str, str]) -> None:
-        """Create the runner job of a reserved attempt (the runner-job API)."""
+    def check_env(self, facts: TaskFacts, transient_env: dict[str, str]) -> None:
+        """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
         check_transient_env(transient_env, facts.contract, self.settings.defaults)
-        await self.materialize(facts.task_id, attempt_id, facts, transient_env)
 
     async def plan_for(self, facts: TaskFacts, events: list[Any], attempt_id: str | None,
                        transient_env: dict[str, str]) -> dict[str, Any]:

@@ -421,4 +421,7 @@ async def test_the_runner_job_api_creates_a_reserved_runs_job_once(
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not-found"
         bad = await client.post(path, json={"transientEnv": {"lower": "x"}})
         assert bad.status_code == 400
+        reserved_name = await client.post(path, json={"transientEnv": {"PATH": "/evil"}})
+        assert reserved_name.status_code == 400, "refused even for a run that has its job"
+        assert reserved_name.json()["error"]["code"] == "schema-invalid"
     assert len(job_dirs(settings)) == 1, "the job was adopted, not duplicated"
