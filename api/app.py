@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,7 +19,7 @@ from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
 from api.run_routes import RunnerJobController
-from api.session_routes import show_session
+from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
 from ledger.writer import LedgerWriter
@@ -24,9 +27,30 @@ from projections.store import project
 from runner_assembly import faults
 from runner_assembly.dispatch import Dispatcher
 from runner_assembly.drivers import make_driver
+from runner_assembly.session_service import SessionService
 from runner_assembly.settings import RunnerSettings
 
 MAX_BODY_BYTES = 1024 * 1024
+log = logging.getLogger("svc.sessions")
+
+
+async def session_loop(sessions: SessionService, settings: RunnerSettings) -> None:
+    """Follow running sessions every ``SVC_SESSION_SYNC_INTERVAL_MS``; remove expired
+    session volumes every ``SVC_SESSION_GC_INTERVAL_MS``. Safe in many processes at once."""
+    sync_s = settings.session_sync_interval_ms / 1000
+    gc_s = settings.session_gc_interval_ms / 1000
+    next_gc = time.monotonic() + gc_s
+    while True:
+        await asyncio.sleep(sync_s)
+        try:
+            await sessions.sync_running()
+            if time.monotonic() >= next_gc:
+                next_gc = time.monotonic() + gc_s
+                evicted = await sessions.gc()
+                if evicted:
+                    log.info("session GC evicted %d expired session volumes", len(evicted))
+        except Exception:  # the loop must outlive a database hiccup
+            log.exception("session loop iteration failed")
 
 
 def create_app(database_url: str, *, pool_size: int = 10,
@@ -53,15 +77,22 @@ def create_app(database_url: str, *, pool_size: int = 10,
         app.state.pool, app.state.writer, app.state.settings = pool, writer, runner
         app.state.metrics = observed
         app.state.dispatcher = Dispatcher(pool, fence_pool, writer, driver, runner)
+        app.state.sessions = SessionService(app.state.dispatcher)
+        background = asyncio.create_task(session_loop(app.state.sessions, runner),
+                                         name="session-loop")
         try:
             yield
         finally:
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
             await writer.close()
             for each in (pool, writer_pool, fence_pool):
                 await each.close()
 
     return Litestar(
-        route_handlers=[QueueController, AttemptController, RunnerJobController, show_session,
+        route_handlers=[QueueController, AttemptController, RunnerJobController,
+                        SessionController, RunCommandController,
                         validate_manifest, health, ready, metrics],
         middleware=[middleware(observed)],
         lifespan=[lifespan],

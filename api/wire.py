@@ -31,9 +31,11 @@ class Camel(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=T
 
 
 class TaskPayload(Camel, frozen=True):
-    """``payload`` of a submitted task."""
+    """``payload`` of a submitted task; ``threadId`` resumes that thread of the session."""
 
     prompt: Prompt
+    thread_id: Annotated[str, Meta(min_length=1, max_length=128,
+                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")] | None = None
 
 
 class SubmitBody(Camel, frozen=True):

@@ -56,3 +56,17 @@ class IdempotencyConflict(DomainError):
     """This idempotency key was already used on the task with a different reason."""
 
     code = "idempotency-conflict"
+
+
+class SessionStoreEvicted(DomainError):
+    """The session's volume was evicted: no command can run in it."""
+
+    code = "session-store-evicted"
+
+
+class Refused(DomainError):
+    """A refusal whose code is a SPEC 7 failure kind (e.g. ``secret-unavailable``)."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.code = code

@@ -109,6 +109,8 @@ class NewRun(msgspec.Struct, frozen=True):
     resource_bundle_ref: dict[str, Any] | None = None
     prompt_sha256: str = ""
     prompt_bytes: int = 0
+    base: dict[str, Any] | None = None
+    """The redacted run base of a run the session API created (no task)."""
 
 
 class RunCreated(NewRun, frozen=True, tag="run-created", tag_field="type"):
@@ -141,6 +143,95 @@ class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="ty
 
 RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished
 
+
+class SessionOpened(msgspec.Struct, frozen=True, tag="session-opened", tag_field="type"):
+    """A session exists: its identity, profile and storage (``volume`` or ``none``)."""
+
+    session_id: str
+    conversation_id: str
+    backend_profile: str
+    storage_kind: str
+    pvc_name: str | None
+    ttl_seconds: int
+    expires_at: str
+    creator: str
+    run_id: str | None = None
+    """The session's own run (created with it through the session API), if any."""
+
+
+class SessionTurnReserved(
+    msgspec.Struct, frozen=True, tag="session-turn-reserved", tag_field="type"
+):
+    """A command (turn) of a run in this session has fixed identities; no job yet."""
+
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    thread_id: str | None
+    expires_at: str
+    task_id: str | None = None
+    prompt_sha256: str = ""
+    prompt_bytes: int = 0
+
+
+class SessionTurnStarted(
+    msgspec.Struct, frozen=True, tag="session-turn-started", tag_field="type"
+):
+    """The turn's runner job exists."""
+
+    runner_job_id: str
+    driver: str
+    handle: str
+
+
+class SessionTurnFinished(
+    msgspec.Struct, frozen=True, tag="session-turn-finished", tag_field="type"
+):
+    """The turn ended; ``thread_id`` is the thread the backend started or resumed."""
+
+    runner_job_id: str
+    status: str
+    thread_id: str | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    exit_code: int | None = None
+
+
+class SessionStorageRefreshed(
+    msgspec.Struct, frozen=True, tag="session-storage-refreshed", tag_field="type"
+):
+    """The runner's summary of the session volume (the manager never looks inside)."""
+
+    pvc_name: str | None
+    pvc_phase: str | None
+    size_bytes: int
+    files_count: int
+    sha256: str
+    updated_at: str
+
+
+class SessionEvicted(msgspec.Struct, frozen=True, tag="session-evicted", tag_field="type"):
+    """The session volume was removed; no command can run in the session any more."""
+
+    reason: str
+
+
+class SessionCancelled(msgspec.Struct, frozen=True, tag="session-cancelled", tag_field="type"):
+    """Conversation control cancelled the session's active turn."""
+
+    reason: str | None = None
+
+
+class SessionRead(msgspec.Struct, frozen=True, tag="session-read", tag_field="type"):
+    """A reader has seen the session up to its version ``version``."""
+
+    reader_id: str
+    version: int
+
+
+SessionEvent = (SessionOpened | SessionTurnReserved | SessionTurnStarted | SessionTurnFinished
+                | SessionStorageRefreshed | SessionEvicted | SessionCancelled | SessionRead)
+
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
     TaskSubmitted, TaskCancelled, AttemptReserved, AttemptMaterialized,
     AttemptMaterializationFailed, AttemptFinished,
@@ -149,12 +240,13 @@ TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
 
 EVENT_TYPES: dict[type[Any], str] = {
     kind: kind.__struct_config__.tag
-    for kind in (*TaskEvent.__args__, *RunEvent.__args__)
+    for kind in (*TaskEvent.__args__, *RunEvent.__args__, *SessionEvent.__args__)
 }
 
 event_encoder = msgspec.json.Encoder()
 task_event_decoder = msgspec.json.Decoder(TaskEvent)
 run_event_decoder = msgspec.json.Decoder(RunEvent)
+session_event_decoder = msgspec.json.Decoder(SessionEvent)
 
 
 def event_type_of(event: msgspec.Struct) -> str:

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ledger import run, task
-from ledger.events import run_event_decoder, task_event_decoder
+from ledger import run, session, task
+from ledger.events import run_event_decoder, session_event_decoder, task_event_decoder
 
 
 class Command(Protocol):
@@ -56,11 +56,20 @@ RUN_STREAM = StreamKind(
     evolve=run.evolve,
 )
 
+SESSION_STREAM = StreamKind(
+    stream_type=session.STREAM_TYPE,
+    decode=session_event_decoder.decode,
+    decide=session.decide,
+    evolve=session.evolve,
+)
+
 COMMAND_STREAMS: dict[type[Any], StreamKind] = {
     **{kind: TASK_STREAM for kind in task.TaskCommand.__args__},
     **{kind: RUN_STREAM for kind in run.RunCommand.__args__},
+    **{kind: SESSION_STREAM for kind in session.SessionCommand.__args__},
 }
-STREAM_KINDS: dict[str, StreamKind] = {k.stream_type: k for k in (TASK_STREAM, RUN_STREAM)}
+STREAM_KINDS: dict[str, StreamKind] = {
+    k.stream_type: k for k in (TASK_STREAM, RUN_STREAM, SESSION_STREAM)}
 
 
 def stream_kind_for(command: Command) -> StreamKind:

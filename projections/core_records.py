@@ -42,6 +42,7 @@ class RunRow(msgspec.Struct, frozen=True):
     change_seq: int
     job_plan: dict[str, Any] | None = None
     assembly: dict[str, Any] | None = None
+    base: dict[str, Any] | None = None
 
 
 RUN_COLUMNS = tuple(RunRow.__struct_fields__)
@@ -64,7 +65,7 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
             failure_kind=None, failure_message=None, driver=None, handle=None,
             resource_bundle_ref=event.resource_bundle_ref, prompt_sha256=event.prompt_sha256,
             prompt_bytes=event.prompt_bytes, created_at=at, started_at=None,
-            finished_at=None, change_seq=seq,
+            finished_at=None, change_seq=seq, base=event.base,
         )
     if row is None:
         return None

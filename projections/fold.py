@@ -7,14 +7,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.events import AttemptReserved, RunCreated, TaskCancelled, TaskSubmitted
+from ledger.events import (
+    AttemptReserved,
+    RunCreated,
+    SessionOpened,
+    SessionTurnReserved,
+    TaskCancelled,
+    TaskSubmitted,
+)
 from ledger.run import STREAM_TYPE as RUN_STREAM
+from ledger.session import STREAM_TYPE as SESSION_STREAM
 from ledger.streams import RecordedEntry
-from projections import attempt_summary, core_records, queue_stats, read_cursor, task_summary
+from projections import (
+    attempt_summary,
+    core_records,
+    queue_stats,
+    read_cursor,
+    session_summary,
+    task_summary,
+)
 from projections.attempt_summary import AttemptRow
 from projections.core_records import RunRow
 from projections.queue_stats import StatsKey
 from projections.read_cursor import ReadCursorRow
+from projections.session_summary import SessionChanges, SessionRow, TurnRow
 from projections.task_summary import TaskSummaryRow
 
 
@@ -25,6 +41,8 @@ class Current:
     tasks: dict[str, TaskSummaryRow] = field(default_factory=dict)
     attempts: dict[str, AttemptRow] = field(default_factory=dict)
     runs: dict[str, RunRow] = field(default_factory=dict)
+    sessions: dict[str, SessionRow] = field(default_factory=dict)
+    turns: dict[str, TurnRow] = field(default_factory=dict)
 
 
 @dataclass
@@ -37,6 +55,7 @@ class Changes:
     stats: Counter[StatsKey] = field(default_factory=Counter)
     attempts: dict[str, AttemptRow] = field(default_factory=dict)
     runs: dict[str, RunRow] = field(default_factory=dict)
+    sessions: SessionChanges = field(default_factory=SessionChanges)
 
 
 def _latest_attempt_id(row: TaskSummaryRow | None) -> str | None:
@@ -48,7 +67,11 @@ def fold(current: Current, entries: Iterable[RecordedEntry]) -> Changes:
     """Fold entries over the current rows (which it does not modify)."""
     changes = Changes()
     rows, attempts, runs = dict(current.tasks), dict(current.attempts), dict(current.runs)
+    sessions, turns = dict(current.sessions), dict(current.turns)
     for entry in entries:
+        if entry.stream_type == SESSION_STREAM:
+            session_summary.fold_entry(sessions, turns, changes.sessions, entry)
+            continue
         if entry.stream_type == RUN_STREAM:
             run = core_records.evolve(runs.get(entry.stream_id), entry)
             if run is not None:
@@ -84,6 +107,8 @@ class Needed:
     task_ids: list[str]
     attempt_ids: list[str]
     run_ids: list[str]
+    session_ids: list[str] = field(default_factory=list)
+    turn_ids: list[str] = field(default_factory=list)
 
 
 def needed_rows(entries: Iterable[RecordedEntry]) -> Needed:
@@ -92,8 +117,21 @@ def needed_rows(entries: Iterable[RecordedEntry]) -> Needed:
     tasks: set[str] = set()
     attempts: set[str] = set()
     runs: set[str] = set()
+    sessions: set[str] = set()
+    turns: set[str] = set()
     for entry in entries:
         kind = type(entry.event)
+        if entry.stream_type == SESSION_STREAM:
+            if kind is SessionOpened:
+                created.add(entry.stream_id)
+            elif entry.stream_id not in created:
+                sessions.add(entry.stream_id)
+            turn_id = session_summary.turn_id_of(entry)
+            if kind is SessionTurnReserved and turn_id is not None:
+                created.add(turn_id)
+            elif turn_id is not None and turn_id not in created:
+                turns.add(turn_id)
+            continue
         if kind in (TaskSubmitted, RunCreated):
             created.add(entry.stream_id)
             continue
@@ -104,7 +142,8 @@ def needed_rows(entries: Iterable[RecordedEntry]) -> Needed:
         attempt_id = attempt_summary.attempt_id_of(entry)
         if attempt_id is not None and attempt_id not in created:
             attempts.add(attempt_id)
-    return Needed(sorted(tasks), sorted(attempts), sorted(runs))
+    return Needed(sorted(tasks), sorted(attempts), sorted(runs), sorted(sessions),
+                  sorted(turns))
 
 
 def cancelled_attempts(entries: Iterable[RecordedEntry],

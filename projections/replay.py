@@ -21,7 +21,7 @@ from ledger.database import DbConnection
 from ledger.hashing import GENESIS_HASH, entry_hash
 from ledger.sqlfile import load_queries
 from ledger.streams import RecordedEntry
-from projections import attempt_summary, commander, core_records
+from projections import attempt_summary, commander, core_records, session_summary
 from projections.fold import Changes, Current, fold
 from projections.queue_stats import StatsKey
 from projections.store import json_text, run_tuple, task_tuple
@@ -29,7 +29,8 @@ from projections.task_summary import COLUMNS
 
 SQL = load_queries("projections", "replay.sql")
 TABLES = ("task_summary", "task_contract", "read_cursor", "queue_stats", "commander_view",
-          "attempt_summary", "run_record", "command_record", "runner_job_record")
+          "attempt_summary", "run_record", "command_record", "runner_job_record",
+          "session_summary", "session_turn", "session_read_cursor")
 _COMMANDER_COLUMNS = tuple(commander.CommanderRow.__struct_fields__)
 SAMPLE = 5
 
@@ -76,10 +77,21 @@ async def _copy_rows(conn: DbConnection, changes: Changes) -> None:
     if runs:
         await conn.copy_records_to_table("run_record", columns=core_records.RUN_COLUMNS,
                                          records=[run_tuple(r) for r in runs])
+        commanded = [r for r in runs if r.command_id]
         await conn.copy_records_to_table("command_record", columns=core_records.COMMAND_COLUMNS,
-                                         records=[core_records.command_tuple(r) for r in runs])
+                                         records=[core_records.command_tuple(r)
+                                                  for r in commanded])
         await conn.copy_records_to_table("runner_job_record", columns=core_records.JOB_COLUMNS,
-                                         records=[core_records.job_tuple(r) for r in runs])
+                                         records=[core_records.job_tuple(r) for r in commanded])
+    for table, columns, rows in (
+        ("session_summary", session_summary.SESSION_COLUMNS, changes.sessions.sessions),
+        ("session_turn", session_summary.TURN_COLUMNS, changes.sessions.turns),
+        ("session_read_cursor", session_summary.CURSOR_COLUMNS, changes.sessions.cursors),
+    ):
+        if rows:
+            await conn.copy_records_to_table(
+                table, columns=columns,
+                records=[msgspec.structs.astuple(r) for r in rows.values()])
 
 
 async def _rebuild(conn: DbConnection, report: ReplayReport, chunk_events: int) -> None:

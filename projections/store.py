@@ -11,10 +11,11 @@ import msgspec
 from ledger.database import DbConnection
 from ledger.sqlfile import load_queries
 from ledger.streams import RecordedEntry
-from projections import attempt_summary, commander, core_records
+from projections import attempt_summary, commander, core_records, session_summary
 from projections.attempt_summary import AttemptRow
 from projections.core_records import RunRow
 from projections.fold import Changes, Current, cancelled_attempts, fold, needed_rows
+from projections.session_summary import SessionChanges, SessionRow, TurnRow
 from projections.task_summary import COLUMNS, TaskSummaryRow
 
 SQL = load_queries("projections", "projections.sql")
@@ -22,7 +23,7 @@ _json = msgspec.json.Encoder()
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
 _ATTEMPT = COLUMNS.index("latest_attempt")
 _RUN_JSON = tuple(core_records.RUN_COLUMNS.index(name)
-                  for name in ("resource_bundle_ref", "job_plan", "assembly"))
+                  for name in ("resource_bundle_ref", "job_plan", "assembly", "base"))
 
 
 def json_text(value: Any) -> str | None:
@@ -56,7 +57,7 @@ def run_tuple(row: RunRow) -> tuple[Any, ...]:
 def run_from_record(record: asyncpg.Record) -> RunRow:
     """Decode a ``run_record`` record."""
     values = dict(record)
-    for name in ("resource_bundle_ref", "job_plan", "assembly"):
+    for name in ("resource_bundle_ref", "job_plan", "assembly", "base"):
         values[name] = _object_decoder.decode(values[name]) if values[name] else None
     return RunRow(**values)
 
@@ -89,7 +90,27 @@ async def load_current(conn: DbConnection, entries: list[RecordedEntry]) -> Curr
     if needed.run_ids:
         records = await conn.fetch(SQL["load_runs"], needed.run_ids)
         runs = {r["run_id"]: run_from_record(r) for r in records}
-    return Current(tasks, attempts, runs)
+    sessions: dict[str, SessionRow] = {}
+    if needed.session_ids:
+        records = await conn.fetch(SQL["load_sessions"], needed.session_ids)
+        sessions = {r["session_id"]: SessionRow(**dict(r)) for r in records}
+    turns: dict[str, TurnRow] = {}
+    if needed.turn_ids:
+        records = await conn.fetch(SQL["load_turns"], needed.turn_ids)
+        turns = {r["runner_job_id"]: TurnRow(**dict(r)) for r in records}
+    return Current(tasks, attempts, runs, sessions, turns)
+
+
+async def write_session_changes(conn: DbConnection, changes: SessionChanges) -> None:
+    """Upsert the session rows, turn rows and session read cursors a fold produced."""
+    for query, rows, width in (
+        ("upsert_sessions", changes.sessions.values(), len(session_summary.SESSION_COLUMNS)),
+        ("upsert_turns", changes.turns.values(), len(session_summary.TURN_COLUMNS)),
+        ("upsert_session_cursors", changes.cursors.values(), 4),
+    ):
+        tuples = [msgspec.structs.astuple(row) for row in rows]
+        if tuples:
+            await conn.execute(SQL[query], *columns_of(tuples, width))
 
 
 async def write_changes(conn: DbConnection, changes: Changes) -> None:
@@ -117,10 +138,13 @@ async def write_changes(conn: DbConnection, changes: Changes) -> None:
     if runs:
         await conn.execute(SQL["upsert_runs"],
                            *columns_of([run_tuple(r) for r in runs], len(core_records.RUN_COLUMNS)))
-        await conn.execute(SQL["upsert_commands"],
-                           *columns_of([core_records.command_tuple(r) for r in runs], 6))
-        await conn.execute(SQL["upsert_jobs"],
-                           *columns_of([core_records.job_tuple(r) for r in runs], 9))
+        commanded = [r for r in runs if r.command_id]  # a session run has no first command
+        if commanded:
+            await conn.execute(SQL["upsert_commands"], *columns_of(
+                [core_records.command_tuple(r) for r in commanded], 6))
+            await conn.execute(SQL["upsert_jobs"], *columns_of(
+                [core_records.job_tuple(r) for r in commanded], 9))
+    await write_session_changes(conn, changes.sessions)
 
 
 async def project(conn: DbConnection, entries: list[RecordedEntry]) -> None:

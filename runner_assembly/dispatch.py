@@ -19,7 +19,7 @@ import asyncpg
 import msgspec
 
 from ledger.database import DbConnection
-from ledger.errors import NotFound
+from ledger.errors import DomainError, NotFound
 from ledger.events import AttemptReserved
 from ledger.ids import new_id
 from ledger.redaction import redact_text
@@ -40,12 +40,13 @@ from ledger.task import (
 )
 from ledger.writer import LedgerWriter, Outcome
 from runner_assembly import faults
-from runner_assembly.drivers import CANCELLED, DriverError, JobSpec, RunnerDriver
+from runner_assembly.drivers import CANCELLED, DriverError, JobSpec, JobStatus, RunnerDriver
 from runner_assembly.failures import AssemblyFailure
 from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.profiles import PROFILE_SECRETS
 from runner_assembly.resolve import Resolver
 from runner_assembly.secret_store import FileSecretStore
+from runner_assembly.session_turns import SessionTurns, choose_thread
 from runner_assembly.settings import RunnerSettings
 from runner_assembly.transient_env import check_transient_env
 
@@ -78,9 +79,15 @@ class TaskFacts:
     contract: dict[str, Any]
 
     @property
-    def new_thread(self) -> bool:
-        """Whether the turn starts a new thread (no ``sessionRef.threadId`` to resume)."""
-        return not (self.session_ref or {}).get("threadId")
+    def persistent_session(self) -> bool:
+        """Whether the task names a session (``sessionRef``): one with a volume."""
+        return isinstance(self.session_ref, dict) and bool(self.session_ref)
+
+    def thread(self, session_thread: str | None) -> str | None:
+        """The thread the task's turn resumes (None: it starts one)."""
+        payload = self.contract.get("payload") or {}
+        return choose_thread(payload.get("threadId"), (self.session_ref or {}).get("threadId"),
+                             session_thread, self.persistent_session)
 
 
 class Dispatcher:
@@ -98,6 +105,7 @@ class Dispatcher:
                                  secrets=self.secrets, defaults=settings.defaults,
                                  storage_class=settings.storage_class,
                                  rollout_subdir=settings.rollout_subdir)
+        self.sessions = SessionTurns(pool, fence_pool, writer, driver, settings, self.resolver)
 
     async def facts(self, task_id: str) -> TaskFacts:
         """What materialisation needs to know about a task, from its projections."""
@@ -126,6 +134,7 @@ class Dispatcher:
         facts = await self.facts(task_id)
         env = transient_env or {}
         self.check_env(facts, env)
+        await self.check_session(facts)
         command = DispatchTask(task_id, self._new_ids(facts, attempt_id),
                                named=attempt_id is not None)
         if dry_run:
@@ -139,6 +148,7 @@ class Dispatcher:
                     dry_run: bool) -> tuple[Outcome, str | None]:
         """Reserve a new attempt under ``key`` (or find the one it reserved), materialise it."""
         facts = await self.facts(task_id)
+        await self.check_session(facts)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         if dry_run:
             return await self.writer.plan(command), None
@@ -155,12 +165,26 @@ class Dispatcher:
             await self.materialize(facts.task_id, attempt.attempt_id, facts, transient_env)
         return attempt.attempt_id
 
-    def job_plan(self, facts: TaskFacts, ids: Ids,
-                 transient_env: dict[str, str]) -> RunnerJobPlan:
+    async def check_session(self, facts: TaskFacts) -> None:
+        """Refuse, before anything is reserved, a task whose session belongs to another
+        profile, was evicted, or is running a turn."""
+        if facts.persistent_session:
+            assert facts.session_ref is not None
+            await self.sessions.check_usable(facts.session_ref["sessionId"],
+                                             facts.backend_profile)
+
+    async def session_thread(self, facts: TaskFacts, session_id: str) -> str | None:
+        """The thread a turn of this task in ``session_id`` would resume."""
+        row = await self.sessions.row(session_id) if facts.persistent_session else None
+        return facts.thread(row["thread_id"] if row else None)
+
+    def job_plan(self, facts: TaskFacts, ids: Ids, transient_env: dict[str, str],
+                 thread_id: str | None = None) -> RunnerJobPlan:
         """Resolve the assembly (no secret value is read) and render the job's plan."""
         assembly = self.resolver.resolve(facts.contract, facts.backend_profile, transient_env)
         return render_plan(assembly, ids, namespace=self.settings.namespace,
-                           driver=self.driver.name, smoke_tools=self.settings.smoke_tools)
+                           driver=self.driver.name, smoke_tools=self.settings.smoke_tools,
+                           thread_id=thread_id)
 
     async def _planned_ids(self, task_id: str, events: list[Any],
                            attempt_id: str | None) -> Ids | None:
@@ -190,7 +214,8 @@ class Dispatcher:
         if ids is None:
             return {"runnerJob": None}
         try:
-            plan = self.job_plan(facts, ids, transient_env)
+            thread = await self.session_thread(facts, _session_id(facts, ids))
+            plan = self.job_plan(facts, ids, transient_env, thread)
         except AssemblyFailure as failure:
             return {"runnerJob": None, "assemblyFailure": {
                 "failureKind": failure.kind, "failureMessage": bounded(failure.message)}}
@@ -241,35 +266,46 @@ class Dispatcher:
             await self._create_run(task_id, attempt_id, row, facts)
             ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row["run_id"],
                       command_id=row["command_id"], runner_job_id=row["runner_job_id"])
-            env = transient_env or {}
-            try:
-                plan = self.job_plan(facts, ids, env)
-            except AssemblyFailure as failure:
-                log.debug("assembly of attempt %s failed: %s: %s", attempt_id, failure.kind,
-                          failure.message)
-                await self._fail(task_id, attempt_id, failure.kind, failure.message)
-                return
-            if self.settings.retention and not await self._take_capacity(conn):
-                await self._fail(task_id, attempt_id, "infra-failed",
-                                 "runner capacity of the namespace is exhausted")
-                return
-            spec = self._job_spec(facts, row, plan, env)
-            log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
-                      attempt_id, msgspec.json.encode(plan).decode())
-            try:
-                handle = await self.driver.create(spec)
-            except DriverError as error:
-                await self._fail(task_id, attempt_id, error.kind, error.message)
-                return
-            await self.writer.execute(RecordRunnerJob(
-                row["run_id"], handle.driver, handle.handle, msgspec.to_builtins(plan)), ACTOR)
+            session_id = row["session_id"]
+            async with self.sessions.lock(session_id, conn):
+                try:
+                    session = await self.sessions.open(
+                        session_id, self._conversation(facts, row), row["backend_profile"],
+                        persistent=facts.persistent_session)
+                    thread = facts.thread(session["thread_id"])
+                    plan = self.job_plan(facts, ids, transient_env or {}, thread)
+                except (AssemblyFailure, DomainError) as failure:
+                    kind, message = _failure_of(failure)
+                    log.debug("assembly of attempt %s failed: %s: %s", attempt_id, kind,
+                              message)
+                    await self._fail(task_id, attempt_id, kind, message)
+                    return
+                if self.settings.retention and not await self._take_capacity(conn):
+                    await self._fail(task_id, attempt_id, "infra-failed",
+                                     "runner capacity of the namespace is exhausted")
+                    return
+                spec = self.job_spec(facts, row, plan, transient_env or {}, thread)
+                log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
+                          attempt_id, msgspec.json.encode(plan).decode())
+                try:
+                    handle = await self.driver.create(spec)
+                except DriverError as error:
+                    await self._fail(task_id, attempt_id, error.kind, error.message)
+                    return
+                await self.writer.execute(RecordRunnerJob(
+                    row["run_id"], handle.driver, handle.handle, msgspec.to_builtins(plan)),
+                    ACTOR)
+                await self.sessions.record_turn(
+                    session_id, run_id=row["run_id"], command_id=row["command_id"],
+                    handle=handle, runner_job_id=row["runner_job_id"], thread_id=thread,
+                    task_id=task_id, prompt=facts.prompt)
             outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
         attempt = outcome.state.attempt(attempt_id)
         if attempt is not None and attempt.state == CANCELLED:
             await self.cancel_job(row["run_id"], row["runner_job_id"])
 
-    def _job_spec(self, facts: TaskFacts, row: asyncpg.Record, plan: RunnerJobPlan,
-                  transient_env: dict[str, str]) -> JobSpec:
+    def job_spec(self, facts: TaskFacts, row: Any, plan: RunnerJobPlan,
+                  transient_env: dict[str, str], thread_id: str | None) -> JobSpec:
         """What the driver gets: the plan plus the per-job secret's values."""
         defaults = self.settings.defaults
         job_secret = {**{name: defaults.extSshEndpoints[name]
@@ -283,20 +319,24 @@ class Dispatcher:
             secret_root=str(self.settings.secrets_dir),
             prompt_caps={"perPrompt": defaults.promptMaxBytes,
                          "total": defaults.promptsMaxTotalBytes},
-            new_thread=facts.new_thread, resource_bin_path=self.settings.resource_bin_path,
+            new_thread=thread_id is None, thread_id=thread_id,
+            resource_bin_path=self.settings.resource_bin_path,
             job_secret=job_secret)
+
+    @staticmethod
+    def _conversation(facts: TaskFacts, row: asyncpg.Record) -> str:
+        session_ref = facts.session_ref if isinstance(facts.session_ref, dict) else {}
+        conversation = session_ref.get("conversationId")
+        return conversation if isinstance(conversation, str) \
+            else "cnv_" + str(row["session_id"]).removeprefix("ses_")
 
     async def _create_run(self, task_id: str, attempt_id: str, row: asyncpg.Record,
                           facts: TaskFacts) -> None:
         prompt = facts.prompt.encode()
-        session_ref = facts.session_ref if isinstance(facts.session_ref, dict) else {}
-        conversation = session_ref.get("conversationId")
         await self.writer.execute(CreateRun(
             run_id=row["run_id"], task_id=task_id, attempt_id=attempt_id,
             command_id=row["command_id"], runner_job_id=row["runner_job_id"],
-            session_id=row["session_id"],
-            conversation_id=conversation if isinstance(conversation, str)
-            else "cnv_" + row["session_id"].removeprefix("ses_"),
+            session_id=row["session_id"], conversation_id=self._conversation(facts, row),
             backend_profile=row["backend_profile"],
             resource_bundle_ref=facts.resource_bundle_ref,
             prompt_sha256=hashlib.sha256(prompt).hexdigest(), prompt_bytes=len(prompt),
@@ -323,11 +363,26 @@ class Dispatcher:
             return await self.writer.plan(finish)
         if status.assembly is not None:
             await self.writer.execute(RecordAssembly(row["run_id"], status.assembly), ACTOR)
+        await self.sessions.finish(row["session_id"], row["runner_job_id"], status)
         await self.writer.execute(FinishRun(row["run_id"], status.state, status.exit_code,
                                             kind, message), ACTOR)
         return await self.writer.execute(finish, ACTOR)
 
     async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
-        """Stop a runner job and record the run as cancelled."""
+        """Stop a runner job and record the run (and its session turn) as cancelled."""
         await self.driver.cancel(runner_job_id)
         await self.writer.execute(FinishRun(run_id, CANCELLED), ACTOR)
+        session_id = await self.pool.fetchval(SQL["session_of_job"], runner_job_id)
+        if session_id is not None:
+            await self.sessions.finish(session_id, runner_job_id, JobStatus(CANCELLED))
+
+
+def _session_id(facts: TaskFacts, ids: Ids) -> str:
+    ref = facts.session_ref or {}
+    return str(ref.get("sessionId") or ids.runner_job_id)
+
+
+def _failure_of(failure: AssemblyFailure | DomainError) -> tuple[str, str]:
+    if isinstance(failure, AssemblyFailure):
+        return failure.kind, failure.message
+    return failure.code, failure.message

@@ -28,6 +28,8 @@ class JobSpec:
     secret_root: str
     prompt_caps: dict[str, int]
     new_thread: bool = True
+    thread_id: str | None = None
+    """The thread to resume (None: the backend starts a new one)."""
     resource_bin_path: str | None = None
     job_secret: dict[str, str] = field(default_factory=dict, repr=False)
     """Values of the per-job secret: the driver stores them as a secret, nowhere else."""
@@ -58,6 +60,8 @@ class JobStatus:
     failure_kind: str | None = None
     failure_message: str | None = None
     assembly: dict[str, Any] | None = None
+    thread_id: str | None = None
+    """The thread the backend started or resumed, as the runner reported it."""
 
     @property
     def terminal(self) -> bool:
@@ -91,6 +95,24 @@ class RunnerDriver(Protocol):
         """Stop the job (no error if it has already ended)."""
         ...
 
+    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+        """Resolve or create a session volume (a plan's ``sessionVolume``); its phase."""
+        ...
+
+    async def delete_volume(self, volume: dict[str, Any]) -> None:
+        """Remove a session volume (no error if it is gone)."""
+        ...
+
+    async def read_channel(self, runner_job_id: str, channel: str,
+                           offset: int) -> tuple[bytes, bool]:
+        """Bytes of a job's ``output`` or ``trace`` from ``offset``, and whether they are
+        final (the job has ended, nothing more will come)."""
+        ...
+
+    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
+        """The volume summary the job's runner wrote back, if any."""
+        ...
+
 
 DRIVERS = ("local", "kubernetes")
 
@@ -103,4 +125,4 @@ def make_driver(settings: RunnerSettings) -> RunnerDriver:
         return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
     from runner_assembly.local_driver import LocalDriver
 
-    return LocalDriver(settings.jobs_dir)
+    return LocalDriver(settings.jobs_dir, settings.sessions_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+from typing import Any
 
 from runner_assembly.drivers import DriverError, JobHandle, JobSpec, JobStatus, RunnerDriver
 
@@ -46,6 +47,23 @@ class FaultyDriver:
     async def cancel(self, runner_job_id: str) -> None:
         """As the wrapped driver."""
         await self.inner.cancel(runner_job_id)
+
+    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+        """As the wrapped driver."""
+        return await self.inner.ensure_volume(volume)
+
+    async def delete_volume(self, volume: dict[str, Any]) -> None:
+        """As the wrapped driver."""
+        await self.inner.delete_volume(volume)
+
+    async def read_channel(self, runner_job_id: str, channel: str,
+                           offset: int) -> tuple[bytes, bool]:
+        """As the wrapped driver."""
+        return await self.inner.read_channel(runner_job_id, channel, offset)
+
+    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
+        """As the wrapped driver."""
+        return await self.inner.storage_summary(runner_job_id)
 
 
 def crash_after_reserve(faults: frozenset[str]) -> None:

@@ -35,7 +35,7 @@ from runner_assembly.drivers import (
     JobStatus,
 )
 from runner_assembly.plan import RunnerJobPlan
-from runner_assembly.resolve import kube_name
+from runner_assembly.resolve import SessionVolume, kube_name
 
 REST_LOGGER = logging.getLogger("kubernetes.client.rest")
 
@@ -144,6 +144,39 @@ class KubernetesDriver:
         if status is not None and status.failed:
             return JobStatus(FAILED, failure_message="the runner job's pod failed")
         return JobStatus(RUNNING)
+
+    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+        """Resolve or create the session's PVC; its phase (``Pending`` until bound)."""
+        body = k8s_objects.session_pvc_of(msgspec.convert(volume, SessionVolume))
+        claim, _ = await asyncio.to_thread(
+            self._ensure, "PersistentVolumeClaim", body,
+            self.core.create_namespaced_persistent_volume_claim,
+            self.core.read_namespaced_persistent_volume_claim)
+        phase = getattr(getattr(claim, "status", None), "phase", None)
+        return phase if isinstance(phase, str) else "Pending"
+
+    async def delete_volume(self, volume: dict[str, Any]) -> None:
+        """Delete the session's PVC (gone already is fine)."""
+        await asyncio.to_thread(self._delete_pvc, str(volume["pvcName"]))
+
+    def _delete_pvc(self, name: str) -> None:
+        try:
+            self._retrying("PersistentVolumeClaim", partial(
+                self.core.delete_namespaced_persistent_volume_claim, name, self.namespace,
+                _request_timeout=self.request_timeout))
+        except ApiException as error:
+            if error.status != 404:
+                raise DriverError("infra-failed", f"kubernetes could not delete the "
+                                  f"PersistentVolumeClaim (HTTP {error.status})") from None
+
+    async def read_channel(self, runner_job_id: str, channel: str,
+                           offset: int) -> tuple[bytes, bool]:
+        """Not collected from pods yet: nothing, and final once the Job has ended."""
+        return b"", (await self.status(runner_job_id)).terminal
+
+    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
+        """A pod posts its summary to the storage-refresh API; nothing to read here."""
+        return None
 
     async def cancel(self, runner_job_id: str) -> None:
         """Delete the Job (its pods and its owned Secret go with it)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner_assembly.plan import RunnerJobPlan
+from runner_assembly.resolve import SessionVolume
 from runner_assembly.runner.layout import POD_HOME, POD_WORKSPACE_ROOT
 
 RUN_AS = 10001
@@ -40,8 +41,11 @@ def labels(plan: RunnerJobPlan) -> dict[str, str]:
 def session_pvc(plan: RunnerJobPlan) -> dict[str, Any] | None:
     """The session's single-writer persistent volume claim, or None without a session."""
     volume = plan.session_volume
-    if volume is None:
-        return None
+    return None if volume is None else session_pvc_of(volume)
+
+
+def session_pvc_of(volume: SessionVolume) -> dict[str, Any]:
+    """The persistent volume claim of one session volume."""
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": volume.pvc_name, "namespace": volume.namespace,

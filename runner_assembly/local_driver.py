@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from runner_assembly.drivers import (
     CANCELLED,
@@ -31,6 +33,10 @@ ASSEMBLY_FILE = "assembly.json"
 """The runner's bounded assembly event (SPEC 6)."""
 JOB_SECRET_DIR = "job-secret"
 """The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
+STORAGE_FILE = "storage.json"
+"""The runner's summary of the session volume after the backend ended."""
+CHANNEL_FILES = {"output": "stdout.log", "trace": "trace.jsonl"}
+"""Where a local job's runner writes each session channel."""
 
 
 def write_job_secret(folder: Path, values: dict[str, str]) -> None:
@@ -63,8 +69,42 @@ class LocalDriver:
 
     name = "local"
 
-    def __init__(self, jobs_dir: Path) -> None:
+    def __init__(self, jobs_dir: Path, sessions_dir: Path) -> None:
         self.jobs_dir = jobs_dir
+        self.sessions_dir = sessions_dir
+
+    def volume_dir(self, volume: dict[str, Any]) -> Path:
+        """The directory standing in for a session's persistent volume."""
+        session_id = str(volume["sessionId"])
+        if "/" in session_id or session_id.startswith("."):
+            raise DriverError("schema-invalid", "invalid session id")
+        return self.sessions_dir / session_id
+
+    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+        """Create the session's directory (0700) if it does not exist yet."""
+        folder = self.volume_dir(volume)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return "Bound"
+
+    async def delete_volume(self, volume: dict[str, Any]) -> None:
+        """Remove the session's directory and everything in it."""
+        await asyncio.to_thread(shutil.rmtree, self.volume_dir(volume), True)
+
+    async def read_channel(self, runner_job_id: str, channel: str,
+                           offset: int) -> tuple[bytes, bool]:
+        """Bytes of the job's channel file from ``offset``; final once the job reported."""
+        folder = self.job_dir(runner_job_id)
+        final = (folder / "status.json").exists()  # checked first: the file is then whole
+        try:
+            with (folder / CHANNEL_FILES[channel]).open("rb") as handle:
+                handle.seek(offset)
+                return handle.read(), final
+        except FileNotFoundError:
+            return b"", final
+
+    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
+        """The runner's ``storage.json``."""
+        return read_json(self.job_dir(runner_job_id) / STORAGE_FILE)
 
     def job_dir(self, runner_job_id: str) -> Path:
         """The directory of one job."""
@@ -86,7 +126,11 @@ class LocalDriver:
             adopted = True
         if not (folder / "spec.json").exists():
             write_job_secret(folder / JOB_SECRET_DIR, spec.job_secret)
-            write_json_atomically(folder / "spec.json", spec.public())
+            public = spec.public()
+            volume = spec.plan.get("sessionVolume")
+            if volume:
+                public["volume_dir"] = str(self.volume_dir(volume))
+            write_json_atomically(folder / "spec.json", public)
         pid = self._pid(folder)
         if pid is None:  # a create that crashed before starting the runner: start it now
             pid = self._spawn(folder)
@@ -150,6 +194,7 @@ def _status_from(report: dict[str, object], assembly: dict[str, object] | None) 
         failure_kind=_text(report.get("failureKind")),
         failure_message=_text(report.get("failureMessage")),
         assembly=assembly if isinstance(assembly, dict) else None,
+        thread_id=_text(report.get("threadId")),
     )
 
 

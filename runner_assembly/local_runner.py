@@ -5,7 +5,10 @@
 Runs the runner's assembly steps (:mod:`runner_assembly.runner.assemble`), writes the bounded
 assembly event to ``assembly.json``, runs the backend command in the workspace with the
 prompt on standard input and an explicit environment, and reports the terminal status in
-``status.json``. Secret values are copied, never printed.
+``status.json``. The session volume (a directory) is linked at
+``${BACKEND_HOME}/<rollout_subdir>``; after the backend the runner writes the volume summary
+to ``storage.json``. Runner events go to ``trace.jsonl``. Secret values are copied, never
+printed.
 """
 
 from __future__ import annotations
@@ -15,19 +18,36 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ledger.task import BLOCKER_KINDS
 from runner_assembly.drivers import BLOCKED, CANCELLED, COMPLETED, FAILED
 from runner_assembly.failures import AssemblyFailure
-from runner_assembly.local_driver import ASSEMBLY_FILE, JOB_SECRET_DIR, write_json_atomically
+from runner_assembly.local_driver import (
+    ASSEMBLY_FILE,
+    CHANNEL_FILES,
+    JOB_SECRET_DIR,
+    STORAGE_FILE,
+    write_json_atomically,
+)
 from runner_assembly.runner.assemble import Assembler
-from runner_assembly.runner.layout import local_layout
+from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.projection import SecretSource
+from runner_assembly.runner.session_volume import link_volume, summarize
 
 BLOCKER_FILE = ".svc-blocker"
 """A backend names a SPEC 7 blocker kind in this file (e.g. a missing thread rollout)."""
+THREAD_FILE = ".svc-thread"
+"""A backend that started a new thread writes its threadId here."""
+
+
+def trace(folder: Path, kind: str, **fields: Any) -> None:
+    """Append one runner event to the job's trace channel (names and counts, no values)."""
+    entry = {"at": datetime.now(UTC).isoformat(), "kind": kind, **fields}
+    with (folder / CHANNEL_FILES["trace"]).open("a") as handle:
+        handle.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
 def run(folder: Path) -> dict[str, Any]:
@@ -36,25 +56,43 @@ def run(folder: Path) -> dict[str, Any]:
     plan = spec["plan"]
     volume = plan["sessionVolume"] or {}
     layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"))
+    if spec.get("volume_dir"):
+        link_volume(layout, Path(spec["volume_dir"]))
     assembler = Assembler(spec, layout, SecretSource(Path(spec["secret_root"])),
                           folder / JOB_SECRET_DIR)
     try:
         launch = assembler.run()
     except AssemblyFailure as failure:
+        trace(folder, "assembly-failed", failureKind=failure.kind,
+              steps=assembler.event["steps"])
         return {"state": BLOCKED if failure.kind in BLOCKER_KINDS else FAILED,
                 "failureKind": failure.kind, "failureMessage": failure.message}
     finally:
         write_json_atomically(folder / ASSEMBLY_FILE, assembler.bounded_event())
+    trace(folder, "assembled", steps=assembler.event["steps"])
     (folder / "prompt.txt").write_text(launch.stdin)
+    thread = plan.get("thread") or {}
+    trace(folder, "backend-start", thread=thread.get("mode", "start"),
+          threadId=thread.get("threadId"))
     try:
         with (folder / "prompt.txt").open("rb") as stdin, \
-                (folder / "stdout.log").open("wb") as stdout, \
+                (folder / CHANNEL_FILES["output"]).open("wb") as stdout, \
                 (folder / "stderr.log").open("wb") as stderr:
             code = subprocess.call(spec["backend_command"], cwd=layout.workspace, stdin=stdin,
                                    stdout=stdout, stderr=stderr, env=launch.env)
     except OSError as error:
         return {"state": FAILED, "failureKind": "infra-failed",
                 "failureMessage": f"backend command could not start: {error.strerror}"}
+    report = _outcome(layout, code)
+    report["threadId"] = _thread(layout, spec.get("thread_id"))
+    trace(folder, "backend-exit", exitCode=code, threadId=report["threadId"],
+          state=report["state"])
+    if spec.get("volume_dir"):
+        write_json_atomically(folder / STORAGE_FILE, summarize(Path(spec["volume_dir"]), volume))
+    return report
+
+
+def _outcome(layout: Layout, code: int) -> dict[str, Any]:
     blocker = layout.backend_home / BLOCKER_FILE
     if blocker.is_file():
         return {"state": BLOCKED, "exitCode": code,
@@ -63,6 +101,14 @@ def run(folder: Path) -> dict[str, Any]:
     if code == 0:
         return {"state": COMPLETED, "exitCode": 0}
     return {"state": FAILED, "exitCode": code, "failureMessage": f"backend exited with {code}"}
+
+
+def _thread(layout: Layout, resumed: str | None) -> str | None:
+    """The thread the backend ran: the resumed one, or the one it reports having started."""
+    if resumed:
+        return resumed
+    started = layout.backend_home / THREAD_FILE
+    return started.read_text().strip()[:128] or None if started.is_file() else None
 
 
 def main() -> int:

@@ -79,6 +79,8 @@ class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
     endpoint_defaults: list[str]
     smoke_tools: list[str]
     capability: dict[str, Any]
+    thread: dict[str, Any] = msgspec.field(default_factory=dict)
+    """``mode`` (``start`` or ``resume``) and the ``threadId`` a resume continues."""
     values_printed: bool = False
 
 
@@ -101,9 +103,12 @@ def per_job_secret_name(runner_job_id: str) -> str:
 
 
 def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
-                smoke_tools: tuple[str, ...]) -> RunnerJobPlan:
-    """The value-free plan of the runner job for a resolved assembly."""
+                smoke_tools: tuple[str, ...], thread_id: str | None = None) -> RunnerJobPlan:
+    """The value-free plan of the runner job for a resolved assembly; with ``thread_id``
+    the backend resumes that thread, else it starts a new one."""
     env = [EnvEntry(name=name, source="static") for name in STATIC_ENV]
+    if thread_id is not None:
+        env.append(EnvEntry(name="SVC_THREAD_ID", source="static"))
     if assembly.session is not None:
         env += [EnvEntry(name=name, source="static") for name in SESSION_ENV]
     env += [EnvEntry(name=use.env_name, source="secret", secret_name=use.name,
@@ -122,6 +127,7 @@ def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
         resource_bundle=_bundle_summary(assembly), transient_env=assembly.transient_env,
         endpoint_defaults=assembly.endpoint_defaults, smoke_tools=list(smoke_tools),
         capability=work_ready_summary(),
+        thread={"mode": "resume" if thread_id else "start", "threadId": thread_id},
     )
 
 

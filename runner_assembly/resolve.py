@@ -156,7 +156,7 @@ class Resolver:
         workspace = contract.get("workspaceRef") or {}
         return Assembly(
             backend_profile=backend_profile, image=self._image(),
-            session=self._session(contract.get("sessionRef")), resource_bundle=bundle,
+            session=self.session_volume(contract.get("sessionRef")), resource_bundle=bundle,
             branch=workspace.get("branch"),
             fetches=self._fetches(bundle), secrets=secrets,
             transient_env=names_summary(transient_env), endpoint_defaults=endpoint_defaults,
@@ -232,7 +232,8 @@ class Resolver:
         return ImageResolution(source=msgspec.to_builtins(source), environment_id=identity,
                                image=built, status="reused" if built else "not-applicable")
 
-    def _session(self, ref: dict[str, Any] | None) -> SessionVolume | None:
+    def session_volume(self, ref: dict[str, Any] | None) -> SessionVolume | None:
+        """The volume of a ``sessionRef`` (None without one)."""
         if not ref:
             return None
         return SessionVolume(

@@ -39,6 +39,9 @@ class RunnerSettings:
     rollout_subdir: str = "sessions"
     resource_bin_path: str | None = None
     kubernetes_api: str | None = None
+    session_ttl_s: int = 7 * 24 * 3600
+    session_gc_interval_ms: int = 5 * 60 * 1000
+    session_sync_interval_ms: int = 1000
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:
@@ -72,12 +75,20 @@ class RunnerSettings:
             rollout_subdir=env.get("SVC_BACKEND_ROLLOUT_SUBDIR", "sessions"),
             resource_bin_path=env.get("SVC_RESOURCE_BIN_PATH") or None,
             kubernetes_api=env.get("SVC_KUBERNETES_API") or None,
+            session_ttl_s=int(env.get("SVC_SESSION_TTL_S", str(7 * 24 * 3600))),
+            session_gc_interval_ms=int(env.get("SVC_SESSION_GC_INTERVAL_MS", "300000")),
+            session_sync_interval_ms=int(env.get("SVC_SESSION_SYNC_INTERVAL_MS", "1000")),
         )
 
     @property
     def secrets_dir(self) -> Path:
         """Root of the file-based secret store."""
         return self.data_dir / "secrets"
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Where the local driver keeps one directory per session volume."""
+        return self.data_dir / "sessions"
 
     @property
     def jobs_dir(self) -> Path:

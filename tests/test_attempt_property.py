@@ -78,6 +78,19 @@ class ScriptedDriver:
     async def cancel(self, runner_job_id: str) -> None:
         self.jobs[runner_job_id] = "cancelled"
 
+    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+        return "Bound"
+
+    async def delete_volume(self, volume: dict[str, Any]) -> None:
+        return None
+
+    async def read_channel(self, runner_job_id: str, channel: str,
+                           offset: int) -> tuple[bytes, bool]:
+        return b"", self.jobs.get(runner_job_id) != RUNNING
+
+    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
+        return None
+
 
 class AttemptMachine(RuleBasedStateMachine):
     """Commands in any order; the model says what each must do."""

@@ -9,6 +9,11 @@ CREATE TEMP TABLE run_record (LIKE public.run_record INCLUDING DEFAULTS) ON COMM
 CREATE TEMP TABLE command_record (LIKE public.command_record INCLUDING DEFAULTS) ON COMMIT DROP;
 CREATE TEMP TABLE runner_job_record (LIKE public.runner_job_record INCLUDING DEFAULTS)
     ON COMMIT DROP;
+CREATE TEMP TABLE session_summary (LIKE public.session_summary INCLUDING DEFAULTS)
+    ON COMMIT DROP;
+CREATE TEMP TABLE session_turn (LIKE public.session_turn INCLUDING DEFAULTS) ON COMMIT DROP;
+CREATE TEMP TABLE session_read_cursor (LIKE public.session_read_cursor INCLUDING DEFAULTS)
+    ON COMMIT DROP;
 
 -- JSON columns are compared as text: live and rebuilt values are encoded by the same code
 -- from the same events, so equal values have equal text.
@@ -68,6 +73,12 @@ DELETE FROM public.command_record;
 INSERT INTO public.command_record SELECT * FROM pg_temp.command_record;
 DELETE FROM public.runner_job_record;
 INSERT INTO public.runner_job_record SELECT * FROM pg_temp.runner_job_record;
+DELETE FROM public.session_summary;
+INSERT INTO public.session_summary SELECT * FROM pg_temp.session_summary;
+DELETE FROM public.session_turn;
+INSERT INTO public.session_turn SELECT * FROM pg_temp.session_turn;
+DELETE FROM public.session_read_cursor;
+INSERT INTO public.session_read_cursor SELECT * FROM pg_temp.session_read_cursor;
 
 -- name: diff_attempt_summary
 SELECT attempt_id AS key FROM (
@@ -80,13 +91,13 @@ WITH live AS (SELECT run_id, task_id, attempt_id, command_id, runner_job_id, ses
                      conversation_id, backend_profile, status, exit_code, failure_kind,
                      failure_message, driver, handle, resource_bundle_ref::text, prompt_sha256,
                      prompt_bytes, created_at, started_at, finished_at, change_seq,
-                     job_plan::text, assembly::text
+                     job_plan::text, assembly::text, base::text
               FROM public.run_record),
   rebuilt AS (SELECT run_id, task_id, attempt_id, command_id, runner_job_id, session_id,
                      conversation_id, backend_profile, status, exit_code, failure_kind,
                      failure_message, driver, handle, resource_bundle_ref::text, prompt_sha256,
                      prompt_bytes, created_at, started_at, finished_at, change_seq,
-                     job_plan::text, assembly::text
+                     job_plan::text, assembly::text, base::text
               FROM pg_temp.run_record)
 SELECT run_id AS key FROM ((TABLE live EXCEPT ALL TABLE rebuilt)
                            UNION ALL (TABLE rebuilt EXCEPT ALL TABLE live)) d
@@ -104,3 +115,21 @@ SELECT runner_job_id AS key FROM (
     UNION ALL
     (SELECT * FROM pg_temp.runner_job_record EXCEPT ALL
      SELECT * FROM public.runner_job_record)) d
+
+-- name: diff_session_summary
+SELECT session_id AS key FROM (
+    (SELECT * FROM public.session_summary EXCEPT ALL SELECT * FROM pg_temp.session_summary)
+    UNION ALL
+    (SELECT * FROM pg_temp.session_summary EXCEPT ALL SELECT * FROM public.session_summary)) d
+
+-- name: diff_session_turn
+SELECT runner_job_id AS key FROM (
+    (SELECT * FROM public.session_turn EXCEPT ALL SELECT * FROM pg_temp.session_turn)
+    UNION ALL
+    (SELECT * FROM pg_temp.session_turn EXCEPT ALL SELECT * FROM public.session_turn)) d
+
+-- name: diff_session_read_cursor
+SELECT reader_id || '/' || session_id AS key FROM (
+    (SELECT * FROM public.session_read_cursor EXCEPT ALL SELECT * FROM pg_temp.session_read_cursor)
+    UNION ALL
+    (SELECT * FROM pg_temp.session_read_cursor EXCEPT ALL SELECT * FROM public.session_read_cursor)) d

@@ -54,7 +54,7 @@ class Assembler:
             "toolCredentials": [{k: v for k, v in s.items() if k != "role"}
                                 for s in uses if s["role"] == "tool"],
             "sessionRef": _session_ref(plan["sessionVolume"]),
-            "sessionVolume": plan["sessionVolume"],
+            "sessionVolume": plan["sessionVolume"], "thread": plan.get("thread"),
             "repository": None, "bundles": [], "workspace": None, "managedOverlay": None,
             "promptRefs": [], "requiredSkills": [], "skills": [], "tools": [], "skillDirs": [],
             "smoke": [], "transientEnv": plan["transientEnv"], "capability": plan["capability"],
@@ -151,6 +151,8 @@ class Assembler:
             "SVC_RUN_ID": plan["ids"]["runId"], "SVC_SESSION_ID": self.spec["session_id"],
             "SVC_BACKEND_PROFILE": plan["backendProfile"], "SVC_SKILLS_DIRS": skill_dirs,
         }
+        if self.spec.get("thread_id"):
+            env["SVC_THREAD_ID"] = self.spec["thread_id"]
         volume = plan["sessionVolume"]
         if volume is not None:
             layout.session_dir.mkdir(parents=True, exist_ok=True)

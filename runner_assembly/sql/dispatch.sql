@@ -13,7 +13,7 @@ FROM attempt_summary WHERE attempt_id = $1
 SELECT state FROM attempt_summary WHERE attempt_id = $1
 
 -- name: latest_attempt_of_task
-SELECT a.attempt_id, a.run_id, a.runner_job_id, a.state
+SELECT a.attempt_id, a.run_id, a.runner_job_id, a.state, a.session_id
 FROM task_summary t JOIN attempt_summary a ON a.attempt_id = t.latest_attempt->>'attemptId'
 WHERE t.task_id = $1
 
@@ -40,3 +40,6 @@ SELECT count(*) FROM runner_job_record WHERE status = 'running'
 
 -- name: reclaim_capacity
 UPDATE runner_capacity SET active_jobs = $2 WHERE namespace = $1 AND active_jobs = $3
+
+-- name: session_of_job
+SELECT session_id FROM session_turn WHERE runner_job_id = $1

@@ -1,0 +1,228 @@
+"""The session stream: a session's identity, its turns (commands of runs), storage and readers.
+
+A session volume has a single writer, so a session runs at most one turn at a time. A turn
+is reserved (identities fixed) before its runner job exists, like an attempt. Every record
+command is idempotent, so a crashed or concurrent caller can replay it safely.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ledger.errors import InvalidTransition, NotFound, SessionStoreEvicted
+from ledger.events import (
+    SessionCancelled,
+    SessionEvent,
+    SessionEvicted,
+    SessionOpened,
+    SessionRead,
+    SessionStorageRefreshed,
+    SessionTurnFinished,
+    SessionTurnReserved,
+    SessionTurnStarted,
+)
+
+STREAM_TYPE = "session"
+RESERVED, RUNNING = "reserved", "running"
+ACTIVE = (RESERVED, RUNNING)
+VOLUME, NO_STORAGE, EVICTED = "volume", "none", "evicted"
+
+
+class _OnSession(msgspec.Struct, frozen=True):
+    session_id: str
+
+    @property
+    def stream_id(self) -> str:
+        return self.session_id
+
+
+class OpenSession(_OnSession, frozen=True):
+    """Create the session, or find it (same profile only)."""
+
+    conversation_id: str
+    backend_profile: str
+    storage_kind: str
+    pvc_name: str | None
+    ttl_seconds: int
+    expires_at: str
+    creator: str
+    run_id: str | None = None
+
+
+class ReserveTurn(_OnSession, frozen=True):
+    """Fix a turn's run, command, runner job and thread before the job exists."""
+
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    thread_id: str | None
+    expires_at: str
+    task_id: str | None = None
+    prompt_sha256: str = ""
+    prompt_bytes: int = 0
+
+
+class StartTurn(_OnSession, frozen=True):
+    """The turn's runner job was created (or adopted)."""
+
+    runner_job_id: str
+    driver: str
+    handle: str
+
+
+class FinishTurn(_OnSession, frozen=True):
+    """The turn ended (or could not start)."""
+
+    runner_job_id: str
+    status: str
+    thread_id: str | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    exit_code: int | None = None
+
+
+class RefreshStorage(_OnSession, frozen=True):
+    """Record the runner's volume summary."""
+
+    pvc_name: str | None
+    pvc_phase: str | None
+    size_bytes: int
+    files_count: int
+    sha256: str
+    updated_at: str
+
+
+class EvictSession(_OnSession, frozen=True):
+    """The volume is gone (GC): mark the storage evicted."""
+
+    reason: str
+
+
+class CancelSession(_OnSession, frozen=True):
+    """Cancel the active turn (conversation control)."""
+
+    reason: str | None = None
+
+
+class MarkSessionRead(_OnSession, frozen=True):
+    """Advance a reader's cursor to the session's current version."""
+
+    reader_id: str
+
+
+SessionCommand = (OpenSession | ReserveTurn | StartTurn | FinishTurn | RefreshStorage
+                  | EvictSession | CancelSession | MarkSessionRead)
+
+
+class SessionState(msgspec.Struct, frozen=True):
+    """What ``decide`` needs to know about a session."""
+
+    session_id: str
+    backend_profile: str
+    storage_kind: str
+    version: int
+    thread_id: str | None = None
+    turns: dict[str, str] = {}
+    """runner job id -> turn status."""
+    cursors: dict[str, int] = {}
+
+    def active_turn(self) -> str | None:
+        """The runner job id of the turn in progress, if any."""
+        return next((job for job, status in self.turns.items() if status in ACTIVE), None)
+
+
+def profile_mismatch(session_id: str, owner: str, wanted: str) -> InvalidTransition:
+    """The refusal for using a session under another profile."""
+    return InvalidTransition(
+        f"session {session_id} belongs to {owner}; a profile switch never reuses another "
+        "profile's session", sessionId=session_id, backendProfile=owner)
+
+
+def decide(state: SessionState | None, command: SessionCommand) -> list[SessionEvent]:
+    """Events for a session command, or a refusal."""
+    if isinstance(command, OpenSession):
+        return _open(state, command)
+    if state is None:
+        raise NotFound(f"session {command.session_id} not found", sessionId=command.session_id)
+    if isinstance(command, ReserveTurn):
+        return _reserve(state, command)
+    if isinstance(command, StartTurn):
+        if state.turns.get(command.runner_job_id) != RESERVED:
+            return []
+        return [SessionTurnStarted(command.runner_job_id, command.driver, command.handle)]
+    if isinstance(command, FinishTurn):
+        if state.turns.get(command.runner_job_id) not in ACTIVE:
+            return []
+        return [SessionTurnFinished(command.runner_job_id, command.status, command.thread_id,
+                                    command.failure_kind, command.failure_message,
+                                    command.exit_code)]
+    if isinstance(command, RefreshStorage):
+        if state.storage_kind == EVICTED:
+            return []
+        fields = msgspec.structs.asdict(command)
+        fields.pop("session_id")
+        return [SessionStorageRefreshed(**fields)]
+    if isinstance(command, EvictSession):
+        if state.storage_kind == EVICTED:
+            return []
+        if state.active_turn() is not None:
+            raise InvalidTransition("the session has a turn in progress",
+                                    sessionId=state.session_id)
+        return [SessionEvicted(command.reason)]
+    if isinstance(command, CancelSession):
+        if state.active_turn() is None:
+            raise InvalidTransition("the session has no turn in progress to cancel",
+                                    sessionId=state.session_id)
+        return [SessionCancelled(command.reason)]
+    if state.cursors.get(command.reader_id, 0) >= state.version:
+        return []
+    return [SessionRead(command.reader_id, state.version)]
+
+
+def _open(state: SessionState | None, command: OpenSession) -> list[SessionEvent]:
+    if state is not None:
+        if state.backend_profile != command.backend_profile:
+            raise profile_mismatch(state.session_id, state.backend_profile,
+                                   command.backend_profile)
+        return []
+    fields = msgspec.structs.asdict(command)
+    return [SessionOpened(**fields)]
+
+
+def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
+    if command.runner_job_id in state.turns:
+        return []
+    if state.storage_kind == EVICTED:
+        raise SessionStoreEvicted(f"session {state.session_id} was evicted: its volume is gone",
+                                  sessionId=state.session_id)
+    active = state.active_turn()
+    if active is not None:
+        raise InvalidTransition("the session already has a turn in progress (a session "
+                                "volume has a single writer)", sessionId=state.session_id,
+                                runnerJobId=active)
+    fields = msgspec.structs.asdict(command)
+    fields.pop("session_id")
+    return [SessionTurnReserved(**fields)]
+
+
+def evolve(state: SessionState | None, event: SessionEvent) -> SessionState:
+    """Fold one session event."""
+    if isinstance(event, SessionOpened):
+        return SessionState(event.session_id, event.backend_profile, event.storage_kind, 1)
+    assert state is not None, "event before session-opened"
+    if isinstance(event, SessionRead):
+        return msgspec.structs.replace(state, cursors={**state.cursors,
+                                                       event.reader_id: event.version})
+    state = msgspec.structs.replace(state, version=state.version + 1)
+    if isinstance(event, SessionTurnReserved):
+        return msgspec.structs.replace(state, turns={**state.turns,
+                                                     event.runner_job_id: RESERVED})
+    if isinstance(event, SessionTurnStarted):
+        return msgspec.structs.replace(state, turns={**state.turns,
+                                                     event.runner_job_id: RUNNING})
+    if isinstance(event, SessionTurnFinished):
+        return msgspec.structs.replace(state, thread_id=event.thread_id or state.thread_id,
+                                       turns={**state.turns, event.runner_job_id: event.status})
+    if isinstance(event, SessionEvicted):
+        return msgspec.structs.replace(state, storage_kind=EVICTED)
+    return state

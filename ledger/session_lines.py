@@ -1,0 +1,77 @@
+"""Session output and trace: append-only lines per session and channel with a monotonic seq.
+
+Lines are taken in from a runner job's channel (its bytes from the last offset), redacted,
+bounded, and appended under a lock on the session's head row held to commit: concurrent
+takers never take a byte twice, and a reader that has seen seq N never later sees a new line
+at or below N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from ledger.database import DbConnection, Queryable
+from ledger.redaction import redact_text
+from ledger.sqlfile import load_queries
+
+SQL = load_queries("ledger", "session_lines.sql")
+CHANNELS = ("output", "trace")
+MAX_LINE_CHARS = 4000
+ReadChannel = Callable[[int], Awaitable[tuple[bytes, bool]]]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One stored line."""
+
+    seq: int
+    runner_job_id: str
+    line: str
+    recorded_at: datetime
+
+
+def split_lines(data: bytes, final: bool) -> tuple[list[str], int]:
+    """Complete lines of ``data`` (all of it when ``final``) and the bytes they used."""
+    end = len(data) if final else data.rfind(b"\n") + 1
+    text = data[:end].decode("utf-8", errors="replace")
+    return [bounded_line(line) for line in text.splitlines()], end
+
+
+def bounded_line(line: str) -> str:
+    """A line as stored: redacted and cut to ``MAX_LINE_CHARS`` with a visible mark."""
+    clean = redact_text(line)
+    return clean if len(clean) <= MAX_LINE_CHARS else clean[:MAX_LINE_CHARS - 1] + "…"
+
+
+async def take_in(conn: DbConnection, session_id: str, runner_job_id: str, channel: str,
+                  read: ReadChannel, *, final: bool) -> int:
+    """Append the new complete lines of one job's channel; return how many were appended.
+
+    ``read(offset)`` returns the channel's bytes from ``offset``; with ``final`` a trailing
+    line without a newline is taken too (the job has ended).
+    """
+    async with conn.transaction():
+        await conn.execute(SQL["ensure_head"], session_id, channel)
+        last_seq = await conn.fetchval(SQL["lock_head"], session_id, channel)
+        offset = await conn.fetchval(SQL["source_offset"], runner_job_id, channel) or 0
+        data, _ = await read(offset)
+        lines, used = split_lines(data, final)
+        if used == 0:
+            return 0
+        seqs = list(range(last_seq + 1, last_seq + 1 + len(lines)))
+        if lines:
+            await conn.execute(SQL["insert_lines"], session_id, channel, runner_job_id, seqs,
+                               lines)
+            await conn.execute(SQL["save_head"], session_id, channel, seqs[-1])
+        await conn.execute(SQL["save_offset"], runner_job_id, channel, offset + used)
+        return len(lines)
+
+
+async def page(db: Queryable, session_id: str, channel: str, after_seq: int,
+               limit: int) -> tuple[list[Line], int]:
+    """Lines after ``after_seq`` (at most ``limit``) and the channel's last seq."""
+    rows = await db.fetch(SQL["page"], session_id, channel, after_seq, limit)
+    last = await db.fetchval(SQL["last_seq"], session_id, channel)
+    return [Line(r["seq"], r["runner_job_id"], r["line"], r["recorded_at"]) for r in rows], last

@@ -1,0 +1,27 @@
+-- name: ensure_head
+INSERT INTO session_line_head (session_id, channel, last_seq) VALUES ($1, $2, 0)
+ON CONFLICT (session_id, channel) DO NOTHING
+
+-- name: lock_head
+SELECT last_seq FROM session_line_head WHERE session_id = $1 AND channel = $2 FOR UPDATE
+
+-- name: source_offset
+SELECT byte_offset FROM session_line_source WHERE runner_job_id = $1 AND channel = $2
+
+-- name: insert_lines
+INSERT INTO session_line (session_id, channel, seq, runner_job_id, line, recorded_at)
+SELECT $1, $2, s, $3, l, now() FROM unnest($4::bigint[], $5::text[]) AS t(s, l)
+
+-- name: save_offset
+INSERT INTO session_line_source (runner_job_id, channel, byte_offset) VALUES ($1, $2, $3)
+ON CONFLICT (runner_job_id, channel) DO UPDATE SET byte_offset = EXCLUDED.byte_offset
+
+-- name: save_head
+UPDATE session_line_head SET last_seq = $3 WHERE session_id = $1 AND channel = $2
+
+-- name: page
+SELECT seq, runner_job_id, line, recorded_at FROM session_line
+WHERE session_id = $1 AND channel = $2 AND seq > $3 ORDER BY seq LIMIT $4
+
+-- name: last_seq
+SELECT coalesce(max(last_seq), 0) FROM session_line_head WHERE session_id = $1 AND channel = $2

@@ -1,0 +1,210 @@
+"""Session projections: the session list row, one row per turn, and per-reader cursors.
+
+Folded from the session streams only; the queue's projections never read them and these
+never read the queue's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from ledger.events import (
+    SessionCancelled,
+    SessionEvicted,
+    SessionOpened,
+    SessionRead,
+    SessionStorageRefreshed,
+    SessionTurnFinished,
+    SessionTurnReserved,
+    SessionTurnStarted,
+)
+from ledger.session import EVICTED, RESERVED, RUNNING
+from ledger.streams import RecordedEntry
+
+IDLE = "idle"
+TERMINAL_STATES = ("completed", "failed", "blocked", "cancelled", "evicted")
+
+
+class SessionRow(msgspec.Struct, frozen=True):
+    """A row of ``session_summary``."""
+
+    session_id: str
+    conversation_id: str
+    backend_profile: str
+    state: str
+    thread_id: str | None
+    storage_kind: str
+    pvc_name: str | None
+    pvc_phase: str | None
+    storage_size_bytes: int | None
+    storage_files_count: int | None
+    storage_sha256: str | None
+    storage_updated_at: datetime | None
+    ttl_seconds: int
+    expires_at: datetime
+    run_id: str | None
+    latest_run_id: str | None
+    latest_command_id: str | None
+    latest_runner_job_id: str | None
+    latest_task_id: str | None
+    turns: int
+    failure_kind: str | None
+    version: int
+    change_seq: int
+    creator: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class TurnRow(msgspec.Struct, frozen=True):
+    """A row of ``session_turn``: one command of a run, executed by one runner job."""
+
+    runner_job_id: str
+    session_id: str
+    run_id: str
+    command_id: str
+    task_id: str | None
+    thread_id: str | None
+    status: str
+    result_thread_id: str | None
+    driver: str | None
+    handle: str | None
+    failure_kind: str | None
+    failure_message: str | None
+    exit_code: int | None
+    prompt_sha256: str
+    prompt_bytes: int
+    change_seq: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class SessionCursorRow(msgspec.Struct, frozen=True):
+    """A row of ``session_read_cursor``."""
+
+    reader_id: str
+    session_id: str
+    version: int
+    change_seq: int
+
+
+SESSION_COLUMNS = tuple(SessionRow.__struct_fields__)
+TURN_COLUMNS = tuple(TurnRow.__struct_fields__)
+CURSOR_COLUMNS = tuple(SessionCursorRow.__struct_fields__)
+
+
+@dataclass
+class SessionChanges:
+    """Session rows a fold produced."""
+
+    sessions: dict[str, SessionRow] = field(default_factory=dict)
+    turns: dict[str, TurnRow] = field(default_factory=dict)
+    cursors: dict[tuple[str, str], SessionCursorRow] = field(default_factory=dict)
+
+
+def _expiry(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _opened(event: SessionOpened, entry: RecordedEntry) -> SessionRow:
+    return SessionRow(
+        session_id=event.session_id, conversation_id=event.conversation_id,
+        backend_profile=event.backend_profile, state=IDLE, thread_id=None,
+        storage_kind=event.storage_kind, pvc_name=event.pvc_name, pvc_phase=None,
+        storage_size_bytes=None, storage_files_count=None, storage_sha256=None,
+        storage_updated_at=None, ttl_seconds=event.ttl_seconds,
+        expires_at=_expiry(event.expires_at), run_id=event.run_id, latest_run_id=event.run_id,
+        latest_command_id=None, latest_runner_job_id=None, latest_task_id=None, turns=0,
+        failure_kind=None, version=1, change_seq=entry.change_seq, creator=event.creator,
+        created_at=entry.recorded_at, updated_at=entry.recorded_at)
+
+
+def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
+    return TurnRow(
+        runner_job_id=event.runner_job_id, session_id=entry.stream_id, run_id=event.run_id,
+        command_id=event.command_id, task_id=event.task_id, thread_id=event.thread_id,
+        status=RESERVED, result_thread_id=None, driver=None, handle=None, failure_kind=None,
+        failure_message=None, exit_code=None, prompt_sha256=event.prompt_sha256,
+        prompt_bytes=event.prompt_bytes, change_seq=entry.change_seq,
+        created_at=entry.recorded_at, started_at=None, finished_at=None)
+
+
+def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
+    """Fold one entry (after ``session-opened``) into the session row."""
+    event: Any = entry.event
+    changes: dict[str, Any] = {"version": row.version + 1, "change_seq": entry.change_seq,
+                               "updated_at": entry.recorded_at}
+    if isinstance(event, SessionTurnReserved):
+        changes.update(state=RUNNING, latest_run_id=event.run_id,
+                       latest_command_id=event.command_id,
+                       latest_runner_job_id=event.runner_job_id, latest_task_id=event.task_id,
+                       turns=row.turns + 1, failure_kind=None,
+                       expires_at=_expiry(event.expires_at))
+    elif isinstance(event, SessionTurnFinished):
+        changes.update(state=event.status, failure_kind=event.failure_kind,
+                       thread_id=event.thread_id or row.thread_id)
+    elif isinstance(event, SessionStorageRefreshed):
+        changes.update(pvc_name=event.pvc_name or row.pvc_name, pvc_phase=event.pvc_phase,
+                       storage_size_bytes=event.size_bytes,
+                       storage_files_count=event.files_count, storage_sha256=event.sha256,
+                       storage_updated_at=_expiry(event.updated_at))
+    elif isinstance(event, SessionEvicted):
+        changes.update(state=EVICTED, storage_kind=EVICTED, pvc_phase=None)
+    elif not isinstance(event, SessionTurnStarted | SessionCancelled):
+        raise AssertionError(f"unexpected session event {type(event).__name__}")
+    return msgspec.structs.replace(row, **changes)
+
+
+def evolve_turn(turn: TurnRow, entry: RecordedEntry) -> TurnRow:
+    """Fold a started or finished event into its turn row."""
+    event: Any = entry.event
+    if isinstance(event, SessionTurnStarted):
+        return msgspec.structs.replace(turn, status=RUNNING, driver=event.driver,
+                                       handle=event.handle, started_at=entry.recorded_at,
+                                       change_seq=entry.change_seq)
+    assert isinstance(event, SessionTurnFinished)
+    return msgspec.structs.replace(
+        turn, status=event.status, result_thread_id=event.thread_id,
+        failure_kind=event.failure_kind, failure_message=event.failure_message,
+        exit_code=event.exit_code, finished_at=entry.recorded_at, change_seq=entry.change_seq)
+
+
+def turn_id_of(entry: RecordedEntry) -> str | None:
+    """The runner job id of the turn an entry changes, if any."""
+    event: Any = entry.event
+    if isinstance(event, SessionTurnReserved | SessionTurnStarted | SessionTurnFinished):
+        return str(event.runner_job_id)
+    return None
+
+
+def fold_entry(sessions: dict[str, SessionRow], turns: dict[str, TurnRow],
+               changes: SessionChanges, entry: RecordedEntry) -> None:
+    """Fold one session-stream entry into the working rows and the changes."""
+    event: Any = entry.event
+    if isinstance(event, SessionRead):
+        changes.cursors[(event.reader_id, entry.stream_id)] = SessionCursorRow(
+            event.reader_id, entry.stream_id, event.version, entry.change_seq)
+        return
+    if isinstance(event, SessionOpened):
+        row = _opened(event, entry)
+    else:
+        row = evolve_session(sessions[entry.stream_id], entry)
+    sessions[entry.stream_id] = changes.sessions[entry.stream_id] = row
+    turn_id = turn_id_of(entry)
+    if turn_id is None:
+        return
+    if isinstance(event, SessionTurnReserved):
+        turn = _turn_reserved(event, entry)
+    else:
+        turn = evolve_turn(turns[turn_id], entry)
+    turns[turn_id] = changes.turns[turn_id] = turn
+
+
+def expires_after(now: datetime, ttl_seconds: int) -> str:
+    """The ISO expiry ``ttl_seconds`` after ``now``."""
+    return (now + timedelta(seconds=ttl_seconds)).isoformat()

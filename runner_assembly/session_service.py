@@ -1,0 +1,224 @@
+"""The session API's manager side: create sessions, add commands to runs, follow running
+turns, cancel, read, storage summaries and GC of expired volumes.
+
+Commands of a run are turns of its session: the session stream records them (the session
+layer owns the command stream, SPEC 1); a run the session API created has no task and
+keeps its run base on the run record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from ledger.errors import InvalidTransition, NotFound, Refused
+from ledger.events import NewRun
+from ledger.ids import new_id
+from ledger.redaction import redact
+from ledger.run import CreateRun
+from ledger.session import CancelSession, EvictSession, MarkSessionRead
+from ledger.sqlfile import load_queries
+from runner_assembly.dispatch import Dispatcher, TaskFacts
+from runner_assembly.drivers import CANCELLED, DriverError, JobStatus
+from runner_assembly.failures import AssemblyFailure
+from runner_assembly.plan import Ids
+from runner_assembly.session_turns import ACTOR
+
+SQL = load_queries("runner_assembly", "sessions.sql")
+log = logging.getLogger(__name__)
+SYNC_BATCH = 100
+
+
+class NewSession(msgspec.Struct, frozen=True):
+    """What ``POST /api/v1/sessions`` asks for."""
+
+    session_id: str | None
+    conversation_id: str | None
+    backend_profile: str
+    run_base: dict[str, Any]
+
+
+class NewCommand(msgspec.Struct, frozen=True):
+    """What ``POST /api/v1/runs/{runId}/commands`` asks for."""
+
+    run_id: str
+    prompt: str
+    thread_id: str | None = None
+    command_id: str | None = None
+    transient_env: dict[str, str] = {}
+
+
+def job_id_for(run_id: str, command_id: str) -> str:
+    """The runner job id of a command: derived, so a replayed command adopts its job."""
+    digest = hashlib.sha256(f"{run_id}/{command_id}".encode()).hexdigest()[:26]
+    return f"job_{digest}"
+
+
+class SessionService:
+    """Session operations behind the session API."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.turns = dispatcher.sessions
+        self.pool = dispatcher.pool
+        self.writer = dispatcher.writer
+        self.driver = dispatcher.driver
+
+    async def create(self, request: NewSession) -> str:
+        """Create the session, its volume and its run (or find it); its id."""
+        session_id = request.session_id or new_id("ses")
+        existing = await self.turns.row(session_id)
+        if existing is not None:
+            await self.turns.open(session_id, existing["conversation_id"],
+                                  request.backend_profile, persistent=True)
+            return session_id
+        conversation = request.conversation_id or "cnv_" + session_id.removeprefix("ses_")
+        base = redact(request.run_base)
+        run_id = new_id("run")
+        await self.writer.execute(CreateRun(**msgspec.structs.asdict(NewRun(
+            run_id=run_id, task_id="", attempt_id="", command_id="", runner_job_id="",
+            session_id=session_id, conversation_id=conversation,
+            backend_profile=request.backend_profile,
+            resource_bundle_ref=base.get("resourceBundleRef"), base=base))), ACTOR)
+        await self.turns.open(session_id, conversation, request.backend_profile,
+                              persistent=True, run_id=run_id)
+        return session_id
+
+    async def _facts(self, run: Any, command: NewCommand) -> TaskFacts:
+        """The contract a command of ``run`` executes with: its task's, or the run base."""
+        payload: dict[str, Any] = {"prompt": command.prompt}
+        if command.thread_id:
+            payload["threadId"] = command.thread_id
+        if run["task_id"]:
+            task = await self.dispatcher.facts(run["task_id"])
+            contract = {**task.contract, "payload": payload}
+            return TaskFacts(task.task_id, run["backend_profile"], command.prompt,
+                             task.resource_bundle_ref, task.session_ref, contract)
+        base = msgspec.json.decode(run["base"]) if run["base"] else {}
+        ref = {"sessionId": run["session_id"], "conversationId": run["conversation_id"]}
+        contract = {**base, "payload": payload, "sessionRef": ref}
+        return TaskFacts("", run["backend_profile"], command.prompt,
+                         base.get("resourceBundleRef"), ref, contract)
+
+    async def add_command(self, command: NewCommand, *, dry_run: bool) -> dict[str, Any]:
+        """Start a turn in the run's session (or find the one ``commandId`` started)."""
+        run = await self.pool.fetchrow(SQL["run_row"], command.run_id)
+        if run is None:
+            raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
+        session_id = run["session_id"]
+        if command.command_id:
+            found = await self.pool.fetchrow(SQL["turn_by_command"], command.command_id)
+            if found is not None:
+                if found["run_id"] != command.run_id:
+                    raise InvalidTransition("commandId already names a command of another "
+                                            "run", commandId=command.command_id)
+                return {"sessionId": session_id, "runId": command.run_id,
+                        "commandId": found["command_id"],
+                        "runnerJobId": found["runner_job_id"], "threadId": found["thread_id"],
+                        "resumed": found["thread_id"] is not None, "created": False}
+        facts = await self._facts(run, command)
+        self.dispatcher.check_env(facts, command.transient_env)
+        async with self.dispatcher.fence_pool.acquire() as conn, \
+                self.turns.lock(session_id, conn):
+            session = await self.turns.check_usable(session_id, run["backend_profile"])
+            if session is None:
+                raise NotFound(f"session {session_id} not found", sessionId=session_id)
+            thread = facts.thread(session["thread_id"]) if session["storage_kind"] == "volume" \
+                else None
+            command_id = command.command_id or new_id("cmd")
+            ids = Ids(task_id=run["task_id"], attempt_id=run["attempt_id"],
+                      run_id=command.run_id, command_id=command_id,
+                      runner_job_id=job_id_for(command.run_id, command_id))
+            try:
+                plan = self.dispatcher.job_plan(facts, ids, command.transient_env, thread)
+            except AssemblyFailure as failure:
+                raise Refused(failure.kind, failure.message, **failure.details) from None
+            view = {"sessionId": session_id, "runId": command.run_id, "commandId": command_id,
+                    "runnerJobId": ids.runner_job_id, "threadId": thread,
+                    "resumed": thread is not None}
+            if dry_run:
+                return {**view, "runnerJob": msgspec.to_builtins(plan), "valuesPrinted": False}
+            row = {"runner_job_id": ids.runner_job_id, "run_id": command.run_id,
+                   "session_id": session_id, "backend_profile": run["backend_profile"]}
+            spec = self.dispatcher.job_spec(facts, row, plan, command.transient_env, thread)
+            if session["storage_kind"] == "volume":
+                await self.driver.ensure_volume(self.turns.volume(session_id,
+                                                                  run["conversation_id"]))
+            try:
+                handle = await self.driver.create(spec)
+            except DriverError as error:
+                raise Refused(error.kind, error.message) from None
+            await self.turns.record_turn(session_id, run_id=command.run_id,
+                                         command_id=command_id, handle=handle,
+                                         runner_job_id=ids.runner_job_id, thread_id=thread,
+                                         task_id=run["task_id"] or None, prompt=command.prompt)
+        return {**view, "created": True}
+
+    async def sync(self, session_id: str) -> None:
+        """Take in the output and trace of the session's running turns; finish ended ones."""
+        for turn in await self.pool.fetch(SQL["active_turns"], session_id):
+            job = turn["runner_job_id"]
+            status = await self.driver.status(job)
+            if status.terminal:
+                await self.turns.finish(session_id, job, status)
+            else:
+                await self.turns.take_in(session_id, job, final=False)
+
+    async def sync_running(self) -> None:
+        """Follow every running session once (the background loop)."""
+        for row in await self.pool.fetch(SQL["running_sessions"], SYNC_BATCH):
+            try:
+                await self.sync(row["session_id"])
+            except Exception:  # one broken session must not stop the others
+                log.exception("following session %s failed", row["session_id"])
+
+    async def cancel(self, session_id: str, reason: str | None) -> None:
+        """Cancel the session's running turn: stop its runner job, record the end."""
+        await self.writer.execute(CancelSession(session_id, reason), ACTOR)
+        for turn in await self.pool.fetch(SQL["active_turns"], session_id):
+            await self.driver.cancel(turn["runner_job_id"])
+            await self.turns.finish(session_id, turn["runner_job_id"], JobStatus(
+                CANCELLED, failure_kind="runner-cancelled",
+                failure_message="cancelled through session control"))
+
+    async def read(self, session_id: str, reader_id: str) -> None:
+        """Advance a reader's cursor to the session's current version."""
+        await self.writer.execute(MarkSessionRead(session_id, reader_id), ACTOR)
+
+    async def refresh_storage(self, session_id: str, summary: dict[str, Any] | None) -> None:
+        """Record the volume summary a runner wrote back (posted, or left by its job)."""
+        row = await self.turns.row(session_id)
+        if row is None:
+            raise NotFound(f"session {session_id} not found", sessionId=session_id)
+        if row["storage_kind"] != "volume":
+            raise InvalidTransition(f"session {session_id} has no volume "
+                                    f"(storage {row['storage_kind']})", sessionId=session_id)
+        if summary is None:
+            latest = await self.pool.fetchrow(SQL["latest_turn"], session_id)
+            summary = await self.driver.storage_summary(latest["runner_job_id"]) \
+                if latest else None
+            if summary is None:
+                raise InvalidTransition("no runner has written a volume summary for this "
+                                        "session yet", sessionId=session_id)
+        await self.turns.refresh_storage(session_id, summary)
+
+    async def gc(self, now: datetime | None = None) -> list[str]:
+        """Remove the volumes of expired sessions with no turn running; mark them evicted."""
+        evicted = []
+        moment = now or datetime.now(UTC)
+        for row in await self.pool.fetch(SQL["expired_sessions"], moment, SYNC_BATCH):
+            session_id = row["session_id"]
+            async with self.turns.lock(session_id):
+                try:
+                    await self.writer.plan(EvictSession(session_id, "expired"))
+                except InvalidTransition:
+                    continue  # a turn started meanwhile
+                await self.driver.delete_volume(self.turns.volume(session_id,
+                                                                  row["conversation_id"]))
+                await self.writer.execute(EvictSession(session_id, "expired"), ACTOR)
+            evicted.append(session_id)
+        return evicted

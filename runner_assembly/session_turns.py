@@ -1,0 +1,178 @@
+"""The manager's side of a session turn: open the session and its volume, choose the thread,
+record the turn around its runner job, take in its output and trace, finish it.
+
+A session volume has one writer: starting a turn and removing a volume (GC) hold the
+session's advisory lock, so they never overlap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from ledger import session_lines
+from ledger.database import DbConnection
+from ledger.errors import InvalidTransition, SessionStoreEvicted
+from ledger.session import (
+    EVICTED,
+    NO_STORAGE,
+    VOLUME,
+    FinishTurn,
+    OpenSession,
+    RefreshStorage,
+    ReserveTurn,
+    StartTurn,
+    profile_mismatch,
+)
+from ledger.sqlfile import load_queries
+from ledger.writer import LedgerWriter
+from projections.session_summary import expires_after
+from runner_assembly.drivers import JobHandle, JobStatus, RunnerDriver
+from runner_assembly.resolve import Resolver
+from runner_assembly.settings import RunnerSettings
+
+SQL = load_queries("runner_assembly", "sessions.sql")
+ACTOR = "session-layer"
+
+
+def lock_key(text: str) -> int:
+    """A signed 64-bit advisory-lock key for a text."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
+
+
+def choose_thread(payload_thread: Any, ref_thread: Any, session_thread: str | None,
+                  persistent: bool) -> str | None:
+    """SPEC 9: the command's ``payload.threadId``, else ``sessionRef.threadId``, else the
+    session's recorded thread; without a session volume every turn starts a new thread."""
+    if not persistent:
+        return None
+    for candidate in (payload_thread, ref_thread, session_thread):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return None
+
+
+class SessionTurns:
+    """Session bookkeeping around runner jobs."""
+
+    def __init__(self, pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: LedgerWriter,
+                 driver: RunnerDriver, settings: RunnerSettings, resolver: Resolver) -> None:
+        self.pool = pool
+        self.fence_pool = fence_pool
+        self.writer = writer
+        self.driver = driver
+        self.settings = settings
+        self.resolver = resolver
+
+    @asynccontextmanager
+    async def lock(self, session_id: str,
+                   conn: DbConnection | None = None) -> AsyncIterator[None]:
+        """Hold the session's advisory lock (turn start and volume removal), on ``conn``
+        when the caller already holds a fence connection (never a second one: a pool of
+        fence waiters would deadlock)."""
+        if conn is None:
+            async with self.fence_pool.acquire() as own, self.lock(session_id, own):
+                yield
+            return
+        key = lock_key(f"session/{session_id}")
+        await conn.execute("SELECT pg_advisory_lock($1)", key)
+        try:
+            yield
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", key)
+
+    async def row(self, session_id: str) -> asyncpg.Record | None:
+        """The session's summary row, if it exists."""
+        return await self.pool.fetchrow(SQL["session_row"], session_id)
+
+    def volume(self, session_id: str, conversation_id: str) -> dict[str, Any]:
+        """The session volume as a plan shows it."""
+        volume = self.resolver.session_volume({"sessionId": session_id,
+                                               "conversationId": conversation_id})
+        assert volume is not None
+        return {"sessionId": volume.session_id, "pvcName": volume.pvc_name,
+                "namespace": volume.namespace, "size": volume.size,
+                "storageClass": volume.storage_class, "rolloutSubdir": volume.rollout_subdir,
+                "conversationId": conversation_id, "threadId": None}
+
+    async def check_usable(self, session_id: str, profile: str) -> asyncpg.Record | None:
+        """Refuse a session of another profile, an evicted one, or one with a turn running."""
+        row = await self.row(session_id)
+        if row is None:
+            return None
+        if row["backend_profile"] != profile:
+            raise profile_mismatch(session_id, row["backend_profile"], profile)
+        if row["storage_kind"] == EVICTED:
+            raise SessionStoreEvicted(f"session {session_id} was evicted: its volume is gone",
+                                      sessionId=session_id)
+        if await self.pool.fetch(SQL["active_turns"], session_id):
+            raise InvalidTransition("the session already has a turn in progress (a session "
+                                    "volume has a single writer)", sessionId=session_id)
+        return row
+
+    async def open(self, session_id: str, conversation_id: str, profile: str, *,
+                   persistent: bool, run_id: str | None = None) -> asyncpg.Record:
+        """Create the session (and its volume) or find it; the volume exists afterwards."""
+        ttl = self.settings.session_ttl_s
+        volume = self.volume(session_id, conversation_id) if persistent else None
+        await self.writer.execute(OpenSession(
+            session_id=session_id, conversation_id=conversation_id, backend_profile=profile,
+            storage_kind=VOLUME if persistent else NO_STORAGE,
+            pvc_name=volume["pvcName"] if volume else None, ttl_seconds=ttl,
+            expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id),
+            ACTOR)
+        row = await self.row(session_id)
+        assert row is not None
+        if row["storage_kind"] == VOLUME:
+            await self.driver.ensure_volume(self.volume(session_id, row["conversation_id"]))
+        return row
+
+    async def record_turn(self, session_id: str, *, run_id: str, command_id: str,
+                          handle: JobHandle, runner_job_id: str, thread_id: str | None,
+                          task_id: str | None, prompt: str) -> None:
+        """Record the turn (reserved, then started) once its runner job exists."""
+        row = await self.row(session_id)
+        ttl = row["ttl_seconds"] if row else self.settings.session_ttl_s
+        encoded = prompt.encode()
+        await self.writer.execute(ReserveTurn(
+            session_id, run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
+            thread_id=thread_id, expires_at=expires_after(datetime.now(UTC), ttl),
+            task_id=task_id, prompt_sha256=hashlib.sha256(encoded).hexdigest(),
+            prompt_bytes=len(encoded)), ACTOR)
+        await self.writer.execute(StartTurn(session_id, runner_job_id, handle.driver,
+                                            handle.handle), ACTOR)
+
+    async def take_in(self, session_id: str, runner_job_id: str, *, final: bool) -> None:
+        """Append the job's new output and trace lines to the session."""
+        for channel in session_lines.CHANNELS:
+            async def read(offset: int, channel: str = channel) -> tuple[bytes, bool]:
+                return await self.driver.read_channel(runner_job_id, channel, offset)
+
+            async with self.pool.acquire() as conn:
+                await session_lines.take_in(conn, session_id, runner_job_id, channel, read,
+                                            final=final)
+
+    async def finish(self, session_id: str, runner_job_id: str, status: JobStatus) -> None:
+        """Take in the rest of the job's lines, record the end and the volume summary."""
+        await self.take_in(session_id, runner_job_id, final=True)
+        summary = await self.driver.storage_summary(runner_job_id)
+        if summary is not None:
+            await self.refresh_storage(session_id, summary)
+        await self.writer.execute(FinishTurn(
+            session_id, runner_job_id, status.state, status.thread_id, status.failure_kind,
+            status.failure_message, status.exit_code), ACTOR)
+
+    async def refresh_storage(self, session_id: str, summary: dict[str, Any]) -> None:
+        """Record a runner-written volume summary."""
+        await self.writer.execute(RefreshStorage(
+            session_id, pvc_name=summary.get("pvcName"), pvc_phase=summary.get("pvcPhase"),
+            size_bytes=int(summary["storageSizeBytes"]),
+            files_count=int(summary["storageFilesCount"]),
+            sha256=str(summary["storageSha256"]),
+            updated_at=str(summary.get("storageUpdatedAt")
+                           or datetime.now(UTC).isoformat())), ACTOR)

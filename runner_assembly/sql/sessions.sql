@@ -1,0 +1,31 @@
+-- Queries of the session layer's manager side.
+
+-- name: session_row
+SELECT session_id, conversation_id, backend_profile, state, thread_id, storage_kind, pvc_name,
+       expires_at, ttl_seconds, run_id, latest_run_id
+FROM session_summary WHERE session_id = $1
+
+-- name: active_turns
+SELECT runner_job_id, run_id, task_id, status FROM session_turn
+WHERE session_id = $1 AND status IN ('reserved', 'running')
+
+-- name: running_sessions
+SELECT session_id FROM session_summary WHERE state = 'running' ORDER BY change_seq LIMIT $1
+
+-- name: latest_turn
+SELECT runner_job_id, run_id, command_id, task_id, status FROM session_turn
+WHERE session_id = $1 ORDER BY created_at DESC, runner_job_id DESC LIMIT 1
+
+-- name: turn_by_command
+SELECT runner_job_id, session_id, run_id, command_id, thread_id, status FROM session_turn
+WHERE command_id = $1
+
+-- name: expired_sessions
+SELECT session_id, conversation_id, pvc_name FROM session_summary
+WHERE storage_kind = 'volume' AND expires_at < $1 AND state <> 'running'
+ORDER BY expires_at LIMIT $2
+
+-- name: run_row
+SELECT run_id, task_id, attempt_id, session_id, conversation_id, backend_profile,
+       base::text AS base
+FROM run_record WHERE run_id = $1
