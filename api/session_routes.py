@@ -171,7 +171,7 @@ class SessionController(Controller):
         the summary the session's latest runner job wrote back."""
         raw = await request.body()
         summary = None
-        if raw.strip():
+        if raw.strip() and raw.strip() != b"{}":
             body = read_summary(raw)
             summary = msgspec.to_builtins(body)
             if body.storage_updated_at is not None:

@@ -13,16 +13,19 @@ from cli.manifest_cmd import manifest_app
 from cli.queue_cmd import queue_app
 from cli.runs_cmd import runs_app
 from cli.serve import serve
+from cli.sessions_cmd import sessions_app
 
 app = App(
     name="svc",
     help="Task queue and runtime-assembly service for coding-agent execution.\n\n"
-         "Start the service with `svc serve`, then use `svc queue …` against it.",
+         "Start the service with `svc serve`, then use `svc queue …` and `svc sessions …` "
+         "against it.",
     version=VERSION,
 )
 app.command(serve)
 app.command(queue_app)
 app.command(runs_app)
+app.command(sessions_app)
 app.command(db_app)
 app.command(ledger_app)
 app.command(manifest_app)

@@ -90,6 +90,18 @@ def supervisor_line(sup: dict[str, Any] | None) -> str:
             f"  next: {sup['recovery']}")
 
 
+def session_id_of(path: str | None) -> str | None:
+    """The session id at the end of a ``sessionPath``."""
+    return path.rsplit("/", 1)[-1] if path else None
+
+
+def next_session_commands(session_id: str | None) -> None:
+    """The next ``svc sessions …`` commands for a session (SPEC 4.3 rule 8)."""
+    if session_id:
+        out(f"  next: svc sessions show {session_id} | svc sessions output {session_id}"
+            f" | svc sessions trace {session_id}")
+
+
 def task_summary(task: dict[str, Any]) -> None:
     """The low-noise summary of one task (SPEC 4.3 rule 8)."""
     out(task_line(task))
@@ -107,6 +119,7 @@ def task_summary(task: dict[str, Any]) -> None:
     if ready:
         tools = ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in ready["tools"])
         out(f"  workReady: svc {ready['version']}; {tools}; valuesPrinted=false")
+    next_session_commands(session_id_of(session))
 
 
 def attempt_summary(attempt: dict[str, Any]) -> None:
@@ -120,6 +133,7 @@ def attempt_summary(attempt: dict[str, Any]) -> None:
             f" {attempt.get('failureMessage') or ''}")
     out(f"  sessionPath: {attempt['sessionPath']}")
     out(supervisor_line(attempt.get("supervisor")))
+    next_session_commands(attempt.get("sessionId"))
 
 
 def attempt_list(data: dict[str, Any]) -> None:
@@ -133,6 +147,8 @@ def attempt_list(data: dict[str, Any]) -> None:
             f" key={attempt.get('idempotencyKey') or '-'}")
     out(f"({len(data['items'])} attempts; changeSeq {data['changeSeq']}"
         + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
+    if data["items"]:
+        next_session_commands(data["items"][-1].get("sessionId"))
 
 
 def task_list(data: dict[str, Any]) -> None:
@@ -142,6 +158,7 @@ def task_list(data: dict[str, Any]) -> None:
         out(supervisor_line(task.get("supervisor")))
     out(f"({len(data['items'])} tasks; changeSeq {data['changeSeq']}"
         + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
+    out("next: svc sessions ps (running and unread sessions)")
 
 
 def stats(data: dict[str, Any]) -> None:
@@ -170,6 +187,7 @@ def commander(data: dict[str, Any]) -> None:
         out(supervisor_line(sup))
         if item.get("sessionPath"):
             out(f"  sessionPath: {item['sessionPath']}")
+            next_session_commands(session_id_of(item["sessionPath"]))
 
 
 def plan(data: dict[str, Any]) -> None:

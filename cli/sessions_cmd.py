@@ -1,0 +1,216 @@
+"""``svc sessions …``: sessions, their output and trace, sending prompts, cancel, read."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
+
+from cyclopts import App, Parameter
+
+from cli import render, session_render
+from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from cli.queue_cmd import EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
+
+sessions_app = App(name="sessions", help="Sessions: output, trace, prompts and control.\n\n"
+                   "A task's sessionPath names its session; `svc sessions ps` lists the "
+                   "running and unread ones.")
+
+StateFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
+ProfileName = Literal["profile-1", "profile-2", "profile-3", "profile-4", "M3"]
+PROFILE_ALIASES = {"M3": "profile-3"}
+Reader = Annotated[str, Parameter(env_var="SVC_READER_ID",
+                                  help="Whose read cursor (unread marks) to use.")]
+AfterSeq = Annotated[int, Parameter(help="Only lines after this seq (from a previous page).")]
+Limit = Annotated[int | None, Parameter(help="Lines per page (default 200, at most 1000).")]
+All = Annotated[bool, Parameter(help="Page until the last line instead of one page.")]
+
+
+def _path(session_id: str, action: str = "") -> str:
+    return f"/api/v1/sessions/{quote(session_id, safe='')}" + (f"/{action}" if action else "")
+
+
+def _profile(profile: ProfileName | None) -> str | None:
+    return PROFILE_ALIASES.get(profile, profile) if profile else None
+
+
+@sessions_app.command
+def ps(*, state: StateFilter = "default", profile: ProfileName | None = None,
+       reader_id: Reader = "cli",
+       cursor: Annotated[str | None, Parameter(help="Continue from a previous page.")] = None,
+       limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")]
+       = None,
+       api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
+    """List sessions; by default the running ones and those unread by --reader-id.
+
+    --profile M3 is an alias of profile-3.
+    """
+    params = {"state": state, "backendProfile": _profile(profile), "readerId": reader_id,
+              "cursor": cursor, "limit": limit}
+    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/sessions", params=params),
+                   output or render.OutputOptions(), session_render.session_list)
+
+
+@sessions_app.command
+def show(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None = None,
+         output: render.OutputOptions | None = None) -> int:
+    """One session: thread, state, storage summary, recent turns, line counts."""
+    return respond(lambda: call(api or ApiOptions(), "GET", _path(session_id),
+                                params={"readerId": reader_id}),
+                   output or render.OutputOptions(), session_render.session_detail)
+
+
+def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, every: bool,
+           api: ApiOptions | None, output: render.OutputOptions | None) -> int:
+    options = api or ApiOptions()
+    if not every:
+        return respond(lambda: call(options, "GET", _path(session_id, channel),
+                                    params={"afterSeq": after_seq, "limit": limit}),
+                       output or render.OutputOptions(), session_render.line_page)
+    while True:
+        try:
+            response = call(options, "GET", _path(session_id, channel),
+                            params={"afterSeq": after_seq, "limit": limit})
+        except ApiUnreachable as error:
+            render.error("infra-failed", str(error))
+            return EXIT_UNREACHABLE
+        if not response.ok:
+            return render.api_error(response)
+        page = response.data
+        for item in page["items"]:
+            render.out(item["line"])
+        if not page["items"] or page["nextAfterSeq"] >= page["lastSeq"]:
+            session_render.line_page({**page, "items": []})
+            return 0
+        after_seq = page["nextAfterSeq"]
+
+
+@sessions_app.command
+def output(session_id: str, *, after_seq: AfterSeq = 0, limit: Limit = None,
+           all_pages: Annotated[bool, Parameter(name="--all", help=All.__metadata__[0].help)]
+           = False,
+           api: ApiOptions | None = None, render_options: Annotated[
+               render.OutputOptions | None, Parameter(name="*")] = None) -> int:
+    """What the session's backend printed, from --after-seq on (redacted)."""
+    return _lines("output", session_id, after_seq, limit, all_pages, api, render_options)
+
+
+@sessions_app.command
+def trace(session_id: str, *, after_seq: AfterSeq = 0, limit: Limit = None,
+          all_pages: Annotated[bool, Parameter(name="--all", help=All.__metadata__[0].help)]
+          = False,
+          api: ApiOptions | None = None, render_options: Annotated[
+              render.OutputOptions | None, Parameter(name="*")] = None) -> int:
+    """The runner's events (assembly, thread start/resume, exit), from --after-seq on."""
+    return _lines("trace", session_id, after_seq, limit, all_pages, api, render_options)
+
+
+@sessions_app.command
+def read(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None = None,
+         output: render.OutputOptions | None = None) -> int:
+    """Mark the session read for --reader-id (it leaves the default `ps` until it changes)."""
+    body = json.dumps({"readerId": reader_id}).encode()
+    return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "read"),
+                                body=body),
+                   output or render.OutputOptions(), session_render.session_detail)
+
+
+@sessions_app.command
+def cancel(session_id: str, *,
+           reason: Annotated[str | None, Parameter(help="Why (stored, redacted).")] = None,
+           api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
+    """Cancel the session's running turn (stops its runner job)."""
+    body = json.dumps({"action": "cancel", "reason": reason} if reason
+                      else {"action": "cancel"}).encode()
+    return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "control"),
+                                body=body),
+                   output or render.OutputOptions(), session_render.session_detail)
+
+
+def _prompt(prompt_stdin: bool, prompt_file: Path | None, prompt: str | None) -> str | None:
+    given = [x for x in (prompt_stdin or None, prompt_file, prompt) if x is not None]
+    if len(given) != 1:
+        render.error("invalid-request", "give the prompt with exactly one of --prompt-stdin, "
+                     "--prompt-file or --prompt")
+        return None
+    if prompt_stdin:
+        return sys.stdin.read()
+    if prompt_file is not None:
+        try:
+            return prompt_file.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            render.error("invalid-request", f"cannot read {prompt_file}: {error}")
+            return None
+    return prompt
+
+
+def _checked(response: ApiResponse) -> dict[str, Any] | int:
+    return response.data if response.ok else render.api_error(response)
+
+
+@sessions_app.command
+def send(
+    session_id: str | None = None, *,
+    json_stdin: Annotated[bool, Parameter(
+        help="Read the run base (for a new session) from standard input.")] = False,
+    json_file: Annotated[Path | None, Parameter(help="Read the run base from a file.")] = None,
+    prompt_stdin: Annotated[bool, Parameter(help="Read the prompt from standard input.")]
+    = False,
+    prompt_file: Annotated[Path | None, Parameter(help="Read the prompt from a file.")] = None,
+    prompt: Annotated[str | None, Parameter(help="The prompt text.")] = None,
+    profile: Annotated[ProfileName | None, Parameter(
+        help="Backend profile of a new session (M3 = profile-3); an existing session's "
+             "profile never changes.")] = None,
+    api: ApiOptions | None = None, output: render.OutputOptions | None = None,
+) -> int:
+    """Send a prompt as a new turn. With SESSION_ID it resumes the session's thread; without
+    one it creates a session (and its volume) from the run base, then starts its first turn.
+
+    echo 'fix the failing test' | svc sessions send ses_… --prompt-stdin
+    """
+    if json_stdin and prompt_stdin:
+        render.error("invalid-request", "standard input can carry the run base or the prompt, "
+                     "not both; use --json-file or --prompt-file for one of them")
+        return EXIT_USAGE
+    text = _prompt(prompt_stdin, prompt_file, prompt)
+    if text is None:
+        return EXIT_USAGE
+    options = api or ApiOptions()
+    wanted = _profile(profile)
+    try:
+        if session_id is None:
+            base = read_json_input(json_stdin, json_file) if json_stdin or json_file else b"{}"
+            if base is None:
+                return EXIT_USAGE
+            try:
+                run_base = json.loads(base)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                render.error("invalid-request", "the run base is not valid JSON")
+                return EXIT_USAGE
+            body = {"runBase": run_base, **({"backendProfile": wanted} if wanted else {})}
+            session = _checked(call(options, "POST", "/api/v1/sessions",
+                                    body=json.dumps(body).encode()))
+        else:
+            if json_stdin or json_file:
+                render.error("invalid-request", "a run base applies to a new session only; "
+                             "leave out SESSION_ID to create one")
+                return EXIT_USAGE
+            session = _checked(call(options, "GET", _path(session_id)))
+        if isinstance(session, int):
+            return session
+        if wanted and wanted != session["backendProfile"]:
+            render.error("invalid-transition", f"session {session['sessionId']} belongs to "
+                         f"{session['backendProfile']}; a profile switch never reuses another "
+                         "profile's session (send without SESSION_ID to start a new one)")
+            return EXIT_USAGE
+        run_id = str(session.get("latestRunId") or session.get("runId"))
+        command = json.dumps({"payload": {"prompt": text}}).encode()
+        return respond(lambda: call(options, "POST",
+                                    f"/api/v1/runs/{quote(run_id, safe='')}/commands",
+                                    body=command),
+                       output or render.OutputOptions(), session_render.command_result)
+    except ApiUnreachable as error:
+        render.error("infra-failed", str(error))
+        return EXIT_UNREACHABLE
