@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import svc_executable
-from tests.support import task_body
+from tests.support import task_body, write_profile_secret
 
 
 def svc(*args: str, api: str | None = None, stdin: str | None = None,
@@ -259,3 +260,78 @@ def test_serve_refuses_a_bad_runner_configuration_clearly(
     assert result.returncode == 2
     assert result.stderr.startswith("error: invalid-request: ") and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def wait_session(api: str, session_id: str) -> str:
+    for _ in range(300):
+        shown = svc("sessions", "show", session_id, api=api)
+        assert shown.returncode == 0, shown.stderr
+        if " running " not in shown.stdout.splitlines()[0]:
+            return shown.stdout
+        time.sleep(0.1)
+    raise AssertionError("the session kept running")
+
+
+async def test_sessions_send_output_trace_read_cancel(served_api: str, tmp_path: Path) -> None:
+    write_profile_secret(tmp_path / "data", "profile-3")
+    sent = svc("sessions", "send", "--prompt", "lines: 3", api=served_api)
+    assert sent.returncode == 0, sent.stderr
+    assert "starts a new thread" in sent.stdout
+    session_id = sent.stdout.split("session=")[1].split()[0]
+    assert session_id.startswith("ses_")
+    wait_session(served_api, session_id)
+    output = svc("sessions", "output", session_id, "--all", api=served_api)
+    assert output.returncode == 0, output.stderr
+    for expected in ("thread started: thr_", "line 1", "line 2", "line 3"):
+        assert expected in output.stdout
+    resumed = svc("sessions", "send", session_id, "--prompt-stdin", api=served_api,
+                  stdin="lines: 2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumes thr_" in resumed.stdout
+    shown = wait_session(served_api, session_id)
+    assert "resume thread=thr_" in shown and "storage: volume pvc=svc-v01-session-" in shown
+    first_page = svc("sessions", "output", session_id, "--limit", "2", api=served_api)
+    assert "--after-seq 2" in first_page.stdout and "(more:" in first_page.stdout
+    rest = svc("sessions", "output", session_id, "--after-seq", "2", "--all", api=served_api)
+    assert "thread resumed: thr_" in rest.stdout and "reference backend" in rest.stdout
+    assert rest.stdout.splitlines()[0] == "> lines: 3", "the page after seq 2 starts at 3"
+    trace = svc("sessions", "trace", session_id, api=served_api)
+    assert '"kind": "backend-start"' in trace.stdout and '"thread": "resume"' in trace.stdout
+
+    svc("sessions", "read", session_id, "--reader-id", "ann", api=served_api)
+    listed = svc("sessions", "ps", "--reader-id", "ann", api=served_api)
+    assert session_id not in listed.stdout
+    assert session_id in svc("sessions", "ps", "--reader-id", "bob", api=served_api).stdout
+    everything = svc("sessions", "ps", "--state", "all", "--reader-id", "ann", api=served_api)
+    assert session_id in everything.stdout
+
+    m3 = svc("sessions", "send", "--profile", "M3", "--prompt", "hi", api=served_api)
+    assert m3.returncode == 0, m3.stderr
+    m3_session = m3.stdout.split("session=")[1].split()[0]
+    by_profile = svc("sessions", "ps", "--state", "all", "--profile", "M3", api=served_api)
+    assert m3_session in by_profile.stdout and session_id not in by_profile.stdout
+
+    switch = svc("sessions", "send", session_id, "--profile", "profile-2", "--prompt", "x",
+                 api=served_api)
+    assert switch.returncode == 2 and "profile switch" in switch.stderr
+    idle_cancel = svc("sessions", "cancel", session_id, api=served_api)
+    assert idle_cancel.returncode == 1
+    assert idle_cancel.stderr.startswith("error: invalid-transition:")
+    both = svc("sessions", "send", session_id, "--prompt", "a", "--prompt-stdin",
+               api=served_api, stdin="b")
+    assert both.returncode == 2
+    long = svc("sessions", "send", session_id, "--prompt", "sleep: 20", api=served_api)
+    assert long.returncode == 0
+    cancelled = svc("sessions", "cancel", session_id, "--reason", "enough", api=served_api)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert " cancelled " in cancelled.stdout.splitlines()[0]
+
+
+async def test_queue_output_ends_with_the_next_session_commands(served_api: str) -> None:
+    task_id = submit(served_api, sessionRef={"sessionId": "cli_s", "conversationId": "c"})
+    dispatched = svc("queue", "dispatch", task_id, api=served_api)
+    assert dispatched.returncode == 0, dispatched.stderr
+    assert "next: svc sessions show cli_s | svc sessions output cli_s" in dispatched.stdout
+    attempts = svc("queue", "attempts", task_id, api=served_api)
+    assert "svc sessions output cli_s" in attempts.stdout
+    assert "next: svc sessions ps" in svc("queue", "list", api=served_api).stdout
