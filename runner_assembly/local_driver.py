@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -59,8 +60,8 @@ def read_json(path: Path) -> dict[str, object] | None:
 
 def write_json_atomically(path: Path, value: object) -> None:
     """Write JSON so readers see the old file or the whole new one."""
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(value))
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temporary.write_text(json.dumps(value))  # a name of its own: two writers never collide
     os.replace(temporary, path)
 
 
