@@ -101,6 +101,13 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
             result = svc(*args, api=api, stdin=transient)
             assert result.returncode == 0, result.stderr
             outputs += [result.stdout, result.stderr]
+        session_id = task["latestAttempt"]["sessionId"]
+        for args in (("sessions", "show", session_id, "--raw"),
+                     ("sessions", "output", session_id, "--all"),
+                     ("sessions", "trace", session_id, "--all"), ("sessions", "ps", "--raw")):
+            result = svc(*args, api=api)
+            assert result.returncode == 0, result.stderr
+            outputs += [result.stdout, result.stderr]
         missing = (await post("/api/v1/queue/tasks", task_body(
             executionPolicy=policy("missing")))).json()
         failed = await post(f"/api/v1/queue/tasks/{missing['taskId']}/dispatch",
@@ -119,8 +126,9 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
     conn = await asyncpg.connect(database_url)
     try:
         outputs += [r["payload"] for r in await conn.fetch("SELECT payload::text FROM ledger")]
-        outputs += [r["t"] for r in await conn.fetch(
-            "SELECT row_to_json(r)::text AS t FROM run_record r")]
+        for table in ("run_record", "session_summary", "session_turn", "session_line"):
+            outputs += [r["t"] for r in await conn.fetch(
+                f"SELECT row_to_json(r)::text AS t FROM {table} r")]
     finally:
         await conn.close()
     jobs = tmp_path / "data" / "jobs"
