@@ -58,8 +58,8 @@ async def session_detail(state: State, session_id: str,
     if row is None:
         raise NotFound(f"session {session_id} not found", sessionId=session_id)
     turns = await session_queries.recent_turns(state.pool, session_id)
-    _, output_seq = await session_lines.page(state.pool, session_id, "output", 0, 0)
-    _, trace_seq = await session_lines.page(state.pool, session_id, "trace", 0, 0)
+    output_seq = await session_lines.last_seq(state.pool, session_id, "output")
+    trace_seq = await session_lines.last_seq(state.pool, session_id, "trace")
     storage = sw.Storage(**{name: row[name] for name in sw.Storage.__struct_fields__})
     return sw.SessionDetail(
         **_item(row), run_id=row["run_id"], storage=storage,
@@ -74,18 +74,17 @@ def _service(state: State) -> SessionService:
 
 async def _lines(state: State, session_id: str, channel: str, after_seq: int,
                  limit: int) -> sw.LinePage:
-    detail = await session_queries.get_session(state.pool, session_id, DEFAULT_READER)
-    if detail is None:
-        raise NotFound(f"session {session_id} not found", sessionId=session_id)
     await _service(state).sync(session_id)
+    session = await session_queries.get_session(state.pool, session_id, DEFAULT_READER)
+    if session is None:
+        raise NotFound(f"session {session_id} not found", sessionId=session_id)
     lines, last = await session_lines.page(state.pool, session_id, channel, after_seq, limit)
-    running = await session_queries.get_session(state.pool, session_id, DEFAULT_READER)
     return sw.LinePage(
         session_id=session_id, channel=channel,
         items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at)
                for line in lines],
         next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
-        running=bool(running and running["state"] == "running"))
+        running=session["state"] == "running")
 
 
 class SessionController(Controller):
@@ -125,8 +124,7 @@ class SessionController(Controller):
     async def show(self, state: State, session_id: SessionId,
                    reader_id: Reader = DEFAULT_READER) -> sw.SessionDetail:
         """One session: identity, thread, state, storage, recent turns, line heads."""
-        if await session_queries.get_session(state.pool, session_id, reader_id) is not None:
-            await _service(state).sync(session_id)
+        await _service(state).sync(session_id)
         return await session_detail(state, session_id, reader_id)
 
     @get("/{session_id:str}/output", responses=READ_ERRORS)

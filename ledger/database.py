@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +79,19 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asy
     )
     assert pool is not None
     return pool
+
+
+def advisory_key(text: str) -> int:
+    """A signed 64-bit advisory-lock key for a text."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
+
+
+@asynccontextmanager
+async def advisory_lock(conn: DbConnection, scope: str) -> AsyncIterator[None]:
+    """Hold the session-level advisory lock named ``scope`` on ``conn``."""
+    key = advisory_key(scope)
+    await conn.execute("SELECT pg_advisory_lock($1)", key)
+    try:
+        yield
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", key)

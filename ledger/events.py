@@ -144,8 +144,8 @@ class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="ty
 RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished
 
 
-class SessionOpened(msgspec.Struct, frozen=True, tag="session-opened", tag_field="type"):
-    """A session exists: its identity, profile and storage (``volume`` or ``none``)."""
+class SessionFacts(msgspec.Struct, frozen=True):
+    """What a new session is made of: shared by the open command and its event."""
 
     session_id: str
     conversation_id: str
@@ -159,10 +159,12 @@ class SessionOpened(msgspec.Struct, frozen=True, tag="session-opened", tag_field
     """The session's own run (created with it through the session API), if any."""
 
 
-class SessionTurnReserved(
-    msgspec.Struct, frozen=True, tag="session-turn-reserved", tag_field="type"
-):
-    """A command (turn) of a run in this session has fixed identities; no job yet."""
+class SessionOpened(SessionFacts, frozen=True, tag="session-opened", tag_field="type"):
+    """A session exists: its identity, profile and storage (``volume`` or ``none``)."""
+
+
+class TurnFacts(msgspec.Struct, frozen=True):
+    """A turn's identities, fixed before its runner job exists."""
 
     run_id: str
     command_id: str
@@ -172,6 +174,11 @@ class SessionTurnReserved(
     task_id: str | None = None
     prompt_sha256: str = ""
     prompt_bytes: int = 0
+
+
+class SessionTurnReserved(TurnFacts, frozen=True, tag="session-turn-reserved",
+                          tag_field="type"):
+    """A command (turn) of a run in this session has fixed identities; no job yet."""
 
 
 class SessionTurnStarted(
@@ -197,10 +204,8 @@ class SessionTurnFinished(
     exit_code: int | None = None
 
 
-class SessionStorageRefreshed(
-    msgspec.Struct, frozen=True, tag="session-storage-refreshed", tag_field="type"
-):
-    """The runner's summary of the session volume (the manager never looks inside)."""
+class VolumeSummary(msgspec.Struct, frozen=True):
+    """The runner's summary of a session volume (the manager never looks inside)."""
 
     pvc_name: str | None
     pvc_phase: str | None
@@ -208,6 +213,11 @@ class SessionStorageRefreshed(
     files_count: int
     sha256: str
     updated_at: str
+
+
+class SessionStorageRefreshed(VolumeSummary, frozen=True, tag="session-storage-refreshed",
+                              tag_field="type"):
+    """A runner's volume summary was recorded."""
 
 
 class SessionEvicted(msgspec.Struct, frozen=True, tag="session-evicted", tag_field="type"):

@@ -14,12 +14,15 @@ from ledger.events import (
     SessionCancelled,
     SessionEvent,
     SessionEvicted,
+    SessionFacts,
     SessionOpened,
     SessionRead,
     SessionStorageRefreshed,
     SessionTurnFinished,
     SessionTurnReserved,
     SessionTurnStarted,
+    TurnFacts,
+    VolumeSummary,
 )
 
 STREAM_TYPE = "session"
@@ -36,30 +39,18 @@ class _OnSession(msgspec.Struct, frozen=True):
         return self.session_id
 
 
-class OpenSession(_OnSession, frozen=True):
+class OpenSession(SessionFacts, frozen=True):
     """Create the session, or find it (same profile only)."""
 
-    conversation_id: str
-    backend_profile: str
-    storage_kind: str
-    pvc_name: str | None
-    ttl_seconds: int
-    expires_at: str
-    creator: str
-    run_id: str | None = None
+    @property
+    def stream_id(self) -> str:
+        return self.session_id
 
 
 class ReserveTurn(_OnSession, frozen=True):
     """Fix a turn's run, command, runner job and thread before the job exists."""
 
-    run_id: str
-    command_id: str
-    runner_job_id: str
-    thread_id: str | None
-    expires_at: str
-    task_id: str | None = None
-    prompt_sha256: str = ""
-    prompt_bytes: int = 0
+    turn: TurnFacts
 
 
 class StartTurn(_OnSession, frozen=True):
@@ -84,12 +75,7 @@ class FinishTurn(_OnSession, frozen=True):
 class RefreshStorage(_OnSession, frozen=True):
     """Record the runner's volume summary."""
 
-    pvc_name: str | None
-    pvc_phase: str | None
-    size_bytes: int
-    files_count: int
-    sha256: str
-    updated_at: str
+    summary: VolumeSummary
 
 
 class EvictSession(_OnSession, frozen=True):
@@ -159,9 +145,7 @@ def decide(state: SessionState | None, command: SessionCommand) -> list[SessionE
     if isinstance(command, RefreshStorage):
         if state.storage_kind == EVICTED:
             return []
-        fields = msgspec.structs.asdict(command)
-        fields.pop("session_id")
-        return [SessionStorageRefreshed(**fields)]
+        return [SessionStorageRefreshed(**msgspec.structs.asdict(command.summary))]
     if isinstance(command, EvictSession):
         if state.storage_kind == EVICTED:
             return []
@@ -185,12 +169,11 @@ def _open(state: SessionState | None, command: OpenSession) -> list[SessionEvent
             raise profile_mismatch(state.session_id, state.backend_profile,
                                    command.backend_profile)
         return []
-    fields = msgspec.structs.asdict(command)
-    return [SessionOpened(**fields)]
+    return [SessionOpened(**msgspec.structs.asdict(command))]
 
 
 def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
-    if command.runner_job_id in state.turns:
+    if command.turn.runner_job_id in state.turns:
         return []
     if state.storage_kind == EVICTED:
         raise SessionStoreEvicted(f"session {state.session_id} was evicted: its volume is gone",
@@ -200,9 +183,7 @@ def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
         raise InvalidTransition("the session already has a turn in progress (a session "
                                 "volume has a single writer)", sessionId=state.session_id,
                                 runnerJobId=active)
-    fields = msgspec.structs.asdict(command)
-    fields.pop("session_id")
-    return [SessionTurnReserved(**fields)]
+    return [SessionTurnReserved(**msgspec.structs.asdict(command.turn))]
 
 
 def evolve(state: SessionState | None, event: SessionEvent) -> SessionState:

@@ -69,9 +69,14 @@ async def take_in(conn: DbConnection, session_id: str, runner_job_id: str, chann
         return len(lines)
 
 
+async def last_seq(db: Queryable, session_id: str, channel: str) -> int:
+    """The seq of the channel's newest line (0 when it has none)."""
+    return int(await db.fetchval(SQL["last_seq"], session_id, channel))
+
+
 async def page(db: Queryable, session_id: str, channel: str, after_seq: int,
                limit: int) -> tuple[list[Line], int]:
     """Lines after ``after_seq`` (at most ``limit``) and the channel's last seq."""
     rows = await db.fetch(SQL["page"], session_id, channel, after_seq, limit)
-    last = await db.fetchval(SQL["last_seq"], session_id, channel)
-    return [Line(r["seq"], r["runner_job_id"], r["line"], r["recorded_at"]) for r in rows], last
+    lines = [Line(r["seq"], r["runner_job_id"], r["line"], r["recorded_at"]) for r in rows]
+    return lines, await last_seq(db, session_id, channel)

@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from ledger.database import DbConnection
+from ledger.database import DbConnection, advisory_lock
 from ledger.errors import DomainError, NotFound
 from ledger.events import AttemptReserved
 from ledger.ids import new_id
@@ -60,11 +60,6 @@ def bounded(message: str) -> str:
     """A failure message as stored: redacted, one line, at most 500 characters."""
     line = " ".join(redact_text(message).split())
     return line if len(line) <= MAX_FAILURE_MESSAGE else line[:MAX_FAILURE_MESSAGE - 1] + "…"
-
-
-def lock_key(text: str) -> int:
-    """A signed 64-bit advisory-lock key for a text."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
 @dataclass(frozen=True)
@@ -231,13 +226,8 @@ class Dispatcher:
         """Serialise job creation: per namespace with retention, else per run and attempt."""
         scope = (f"namespace/{self.settings.namespace}" if self.settings.retention
                  else f"run/{run_id}/{attempt_id}")
-        key = lock_key(scope)
-        async with self.fence_pool.acquire() as conn:
-            await conn.execute(SQL["lock"], key)
-            try:
-                yield conn
-            finally:
-                await conn.execute(SQL["unlock"], key)
+        async with self.fence_pool.acquire() as conn, advisory_lock(conn, scope):
+            yield conn
 
     async def _take_capacity(self, conn: DbConnection) -> bool:
         """Compare-and-swap one slot of the namespace's capacity, reclaiming finished jobs."""

@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 
 from ledger.errors import InvalidTransition, NotFound, Refused
-from ledger.events import NewRun
 from ledger.ids import new_id
 from ledger.redaction import redact
 from ledger.run import CreateRun
@@ -79,11 +78,11 @@ class SessionService:
         conversation = request.conversation_id or "cnv_" + session_id.removeprefix("ses_")
         base = redact(request.run_base)
         run_id = new_id("run")
-        await self.writer.execute(CreateRun(**msgspec.structs.asdict(NewRun(
+        await self.writer.execute(CreateRun(
             run_id=run_id, task_id="", attempt_id="", command_id="", runner_job_id="",
             session_id=session_id, conversation_id=conversation,
             backend_profile=request.backend_profile,
-            resource_bundle_ref=base.get("resourceBundleRef"), base=base))), ACTOR)
+            resource_bundle_ref=base.get("resourceBundleRef"), base=base), ACTOR)
         await self.turns.open(session_id, conversation, request.backend_profile,
                               persistent=True, run_id=run_id)
         return session_id

@@ -14,10 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from ledger import session_lines
-from ledger.database import DbConnection
+from ledger.database import DbConnection, advisory_lock
 from ledger.errors import InvalidTransition, SessionStoreEvicted
+from ledger.events import TurnFacts, VolumeSummary
 from ledger.session import (
     EVICTED,
     NO_STORAGE,
@@ -38,11 +40,6 @@ from runner_assembly.settings import RunnerSettings
 
 SQL = load_queries("runner_assembly", "sessions.sql")
 ACTOR = "session-layer"
-
-
-def lock_key(text: str) -> int:
-    """A signed 64-bit advisory-lock key for a text."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
 def choose_thread(payload_thread: Any, ref_thread: Any, session_thread: str | None,
@@ -79,26 +76,19 @@ class SessionTurns:
             async with self.fence_pool.acquire() as own, self.lock(session_id, own):
                 yield
             return
-        key = lock_key(f"session/{session_id}")
-        await conn.execute("SELECT pg_advisory_lock($1)", key)
-        try:
+        async with advisory_lock(conn, f"session/{session_id}"):
             yield
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", key)
 
     async def row(self, session_id: str) -> asyncpg.Record | None:
         """The session's summary row, if it exists."""
         return await self.pool.fetchrow(SQL["session_row"], session_id)
 
     def volume(self, session_id: str, conversation_id: str) -> dict[str, Any]:
-        """The session volume as a plan shows it."""
+        """The session volume as a plan shows it (``sessionVolume``)."""
         volume = self.resolver.session_volume({"sessionId": session_id,
                                                "conversationId": conversation_id})
         assert volume is not None
-        return {"sessionId": volume.session_id, "pvcName": volume.pvc_name,
-                "namespace": volume.namespace, "size": volume.size,
-                "storageClass": volume.storage_class, "rolloutSubdir": volume.rollout_subdir,
-                "conversationId": conversation_id, "threadId": None}
+        return dict(msgspec.to_builtins(volume))
 
     async def check_usable(self, session_id: str, profile: str) -> asyncpg.Record | None:
         """Refuse a session of another profile, an evicted one, or one with a turn running."""
@@ -139,11 +129,11 @@ class SessionTurns:
         row = await self.row(session_id)
         ttl = row["ttl_seconds"] if row else self.settings.session_ttl_s
         encoded = prompt.encode()
-        await self.writer.execute(ReserveTurn(
-            session_id, run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
+        await self.writer.execute(ReserveTurn(session_id, TurnFacts(
+            run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
             thread_id=thread_id, expires_at=expires_after(datetime.now(UTC), ttl),
             task_id=task_id, prompt_sha256=hashlib.sha256(encoded).hexdigest(),
-            prompt_bytes=len(encoded)), ACTOR)
+            prompt_bytes=len(encoded))), ACTOR)
         await self.writer.execute(StartTurn(session_id, runner_job_id, handle.driver,
                                             handle.handle), ACTOR)
 
@@ -169,10 +159,10 @@ class SessionTurns:
 
     async def refresh_storage(self, session_id: str, summary: dict[str, Any]) -> None:
         """Record a runner-written volume summary."""
-        await self.writer.execute(RefreshStorage(
-            session_id, pvc_name=summary.get("pvcName"), pvc_phase=summary.get("pvcPhase"),
+        await self.writer.execute(RefreshStorage(session_id, VolumeSummary(
+            pvc_name=summary.get("pvcName"), pvc_phase=summary.get("pvcPhase"),
             size_bytes=int(summary["storageSizeBytes"]),
             files_count=int(summary["storageFilesCount"]),
             sha256=str(summary["storageSha256"]),
             updated_at=str(summary.get("storageUpdatedAt")
-                           or datetime.now(UTC).isoformat())), ACTOR)
+                           or datetime.now(UTC).isoformat()))), ACTOR)

@@ -17,12 +17,6 @@ SELECT a.attempt_id, a.run_id, a.runner_job_id, a.state, a.session_id
 FROM task_summary t JOIN attempt_summary a ON a.attempt_id = t.latest_attempt->>'attemptId'
 WHERE t.task_id = $1
 
--- name: lock
-SELECT pg_advisory_lock($1)
-
--- name: unlock
-SELECT pg_advisory_unlock($1)
-
 -- name: ensure_capacity
 INSERT INTO runner_capacity (namespace, max_jobs, active_jobs) VALUES ($1, $2, 0)
 ON CONFLICT (namespace) DO NOTHING
