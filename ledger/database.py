@@ -7,14 +7,14 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-DbConnection = asyncpg.Connection | PoolConnectionProxy
+DbConnection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
 """A plain connection or one borrowed from a pool."""
-Queryable = asyncpg.Pool | asyncpg.Connection | PoolConnectionProxy
+Queryable: TypeAlias = asyncpg.Pool | asyncpg.Connection | PoolConnectionProxy
 """Anything that can run a query."""
 
 DEFAULT_DATABASE = "svc"
