@@ -24,10 +24,9 @@ from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
 from ledger.writer import LedgerWriter
 from projections.store import project
-from runner_assembly import faults
-from runner_assembly.dispatch import Dispatcher
-from runner_assembly.drivers import make_driver
-from runner_assembly.session_service import SessionService
+from runner_assembly.drivers import faults, make_driver
+from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.orchestration.session_service import SessionService
 from runner_assembly.settings import RunnerSettings
 
 MAX_BODY_BYTES = 1024 * 1024

@@ -19,8 +19,8 @@ from api.queue_routes import DryRunFlag, Limit, TaskId, task_detail
 from ledger.errors import DomainError, NotFound
 from ledger.intake import payload_hash
 from projections import queries
-from runner_assembly.capability import work_ready_summary
-from runner_assembly.dispatch import Dispatcher
+from runner_assembly.assembly.capability import work_ready_summary
+from runner_assembly.orchestration.dispatch import Dispatcher
 
 
 class AttemptController(Controller):

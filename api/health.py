@@ -10,7 +10,7 @@ from api.errors import READ_ERRORS
 from ledger.errors import LedgerUnavailable
 from ledger.migrate import pending_migrations
 from projections import queries
-from runner_assembly.capability import VERSION, work_ready_summary
+from runner_assembly.assembly.capability import VERSION, work_ready_summary
 
 __all__ = ["VERSION", "health", "metrics", "ready"]
 

@@ -19,7 +19,7 @@ from ledger.redaction import redact_text
 from ledger.task import RUNNING, CancelTask, MarkTaskRead, TaskCommand
 from ledger.writer import LedgerWriter
 from projections import queries
-from runner_assembly import model as assembly
+from runner_assembly.assembly import model as assembly
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500)]
 TaskId = Annotated[str, PathParameter(min_length=1, max_length=128,

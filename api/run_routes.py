@@ -23,7 +23,7 @@ from api.queue_routes import DryRunFlag
 from ledger.errors import NotFound
 from ledger.task import RESERVED
 from projections import queries
-from runner_assembly.dispatch import Dispatcher
+from runner_assembly.orchestration.dispatch import Dispatcher
 
 RunId = Annotated[str, PathParameter(min_length=1, max_length=128,
                                      pattern=wire.IDENTIFIER_PATTERN)]

@@ -25,7 +25,7 @@ from ledger import session_lines
 from ledger.errors import InvalidRequest, NotFound
 from ledger.session import CancelSession, MarkSessionRead
 from projections import session_queries
-from runner_assembly.session_service import NewCommand, NewSession, SessionService
+from runner_assembly.orchestration.session_service import NewCommand, NewSession, SessionService
 
 SessionId = Annotated[str, PathParameter(min_length=1, max_length=128,
                                          pattern=wire.IDENTIFIER_PATTERN)]

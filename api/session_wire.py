@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
-from runner_assembly import model
+from runner_assembly.assembly import model
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
 TTL = Annotated[int, Meta(ge=60, le=90 * 24 * 3600)]

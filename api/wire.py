@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from ledger.task import TASK_STATES
-from runner_assembly import model
+from runner_assembly.assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"

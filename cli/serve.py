@@ -28,7 +28,7 @@ OpenAPI document: {api}/api/v1/schema"""
 def ensure_demo_secret(data: Path) -> bool:
     """With the embedded defaults, give profile-1 a placeholder secret (reference backend
     only) so the quick start can dispatch. Returns True when it created one."""
-    from runner_assembly.profiles import PROFILE_SECRETS
+    from runner_assembly.assembly.profiles import PROFILE_SECRETS
     from runner_assembly.settings import DEFAULT_NAMESPACE
 
     secret = PROFILE_SECRETS["profile-1"]
@@ -65,7 +65,7 @@ def serve(
     from api.app import create_app
     from api.observability import configure_logging
     from ledger.database import data_dir, resolve_database_url
-    from runner_assembly.defaults import DefaultsError
+    from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
     from runner_assembly.settings import RunnerSettings
 

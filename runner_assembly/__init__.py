@@ -1,2 +1,3 @@
-"""Runtime assembly (to come): the four elements, run policy, secret references, rendering of
-the runner job, bundle materialisation, prompts, skills, and the local and kubernetes drivers."""
+"""Runtime assembly and runner jobs, in four sub-packages: ``orchestration`` (the attempt
+lifecycle), ``assembly`` (model, resolution, plan, rendering), ``drivers`` (local and
+kubernetes) and ``runner`` (the program inside a job)."""

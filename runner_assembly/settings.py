@@ -8,11 +8,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner_assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults, load_defaults
-from runner_assembly.profiles import PROFILES
+from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults, load_defaults
+from runner_assembly.assembly.profiles import PROFILES
 
 DEFAULT_NAMESPACE = "svc-v01"
-REFERENCE_BACKEND = (sys.executable, "-m", "runner_assembly.reference_backend")
+REFERENCE_BACKEND = (sys.executable, "-m", "runner_assembly.runner.reference_backend")
 
 
 def _budgets(text: str) -> dict[str, str]:

@@ -62,7 +62,7 @@ SECRET_CANARY = "SecretCanaryValue-7f3a9c2e1b8d4f6a0c5e"
 
 def write_profile_secret(data_dir: Any, profile: str = "profile-1") -> None:
     """Create the file-store secret of a profile, with canary values."""
-    from runner_assembly.profiles import PROFILE_SECRETS
+    from runner_assembly.assembly.profiles import PROFILE_SECRETS
 
     secret = PROFILE_SECRETS[profile]
     folder = data_dir / "secrets" / "svc-v01" / secret.name

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from ledger.errors import DomainError
-from runner_assembly import model
-from runner_assembly.profiles import PROFILE_SECRETS, canonical_profile
+from runner_assembly.assembly import model
+from runner_assembly.assembly.profiles import PROFILE_SECRETS, canonical_profile
 from tests.support import snapshot, task_body
 
 TASKS = "/api/v1/queue/tasks"

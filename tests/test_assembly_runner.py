@@ -16,7 +16,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from api.app import create_app
-from runner_assembly.defaults import RuntimeDefaults
+from runner_assembly.assembly.defaults import RuntimeDefaults
 from runner_assembly.settings import RunnerSettings
 from tests.bundles import (
     SYSTEM_PROMPT,
@@ -299,7 +299,7 @@ async def test_a_missing_tool_secret_is_secret_unavailable(
 async def test_a_tenant_policy_refusal_is_tenant_policy_denied(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
-    from runner_assembly.defaults import TenantPolicy
+    from runner_assembly.assembly.defaults import TenantPolicy
 
     settings = settings_for(runner_settings, tenantPolicies={
         "acme": TenantPolicy(toolCredentials=["git-host/issues"])})

@@ -30,8 +30,7 @@ from ledger.intake import submit_command
 from ledger.task import CancelTask
 from ledger.writer import LedgerWriter
 from projections.store import project
-from runner_assembly.dispatch import Dispatcher
-from runner_assembly.drivers import (
+from runner_assembly.drivers.protocol import (
     BLOCKED,
     COMPLETED,
     FAILED,
@@ -41,6 +40,7 @@ from runner_assembly.drivers import (
     JobSpec,
     JobStatus,
 )
+from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.settings import RunnerSettings
 from tests.support import replay_report, snapshot, write_profile_secret
 

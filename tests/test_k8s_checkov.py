@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner_assembly import k8s_objects
+from runner_assembly.assembly import k8s_objects
 from tests.test_k8s_driver import plan_of
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from api.app import create_app
-from runner_assembly.defaults import BuiltImage, RuntimeDefaults
+from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.settings import RunnerSettings
 from tests.bundles import bundle_ref, make_bundle_repo
 from tests.support import SECRET_CANARY, snapshot

@@ -18,15 +18,15 @@ import msgspec
 import pytest
 from kmock._internal import enums
 
-from runner_assembly import k8s_objects
-from runner_assembly.defaults import BuiltImage, RuntimeDefaults
-from runner_assembly.drivers import DriverError, JobSpec
-from runner_assembly.failures import AssemblyFailure
-from runner_assembly.k8s_driver import KubernetesDriver, api_client
-from runner_assembly.model import ImageSource
-from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
-from runner_assembly.resolve import Resolver
-from runner_assembly.secret_store import FileSecretStore
+from runner_assembly.assembly import k8s_objects
+from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.model import ImageSource
+from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
+from runner_assembly.assembly.resolve import Resolver
+from runner_assembly.assembly.secret_store import FileSecretStore
+from runner_assembly.drivers.k8s import KubernetesDriver, api_client
+from runner_assembly.drivers.protocol import DriverError, JobSpec
 from tests.support import SECRET_CANARY, write_profile_secret
 from tests.test_k8s_manifests import KUBERNETES_VERSION, pod_security_violations
 
@@ -173,7 +173,7 @@ def test_the_image_is_reused_or_build_required(tmp_path: Path) -> None:
 
 
 def test_the_mirror_rewrites_only_the_main_public_code_host(tmp_path: Path) -> None:
-    from runner_assembly.defaults import Mirror
+    from runner_assembly.assembly.defaults import Mirror
 
     res = resolver(tmp_path, mirror=Mirror(baseUrl="https://mirror.internal/gh"),
                    imageSource=SOURCE, images=[BuiltImage(source=SOURCE, image=IMAGE)])

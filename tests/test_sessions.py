@@ -22,9 +22,9 @@ from ledger.database import create_pool
 from ledger.writer import LedgerWriter
 from projections.replay import replay
 from projections.store import project
-from runner_assembly.dispatch import Dispatcher
 from runner_assembly.drivers import make_driver
-from runner_assembly.session_service import SessionService
+from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.orchestration.session_service import SessionService
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import running_api
 from tests.support import snapshot, task_body, write_profile_secret

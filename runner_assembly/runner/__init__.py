@@ -1,1 +1,2 @@
-"""The runner side of assembly: what happens inside a runner job before the backend starts."""
+"""The program inside a runner job (local process or pod), its assembly steps, and the
+reference backend."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.redaction import redact
-from runner_assembly.failures import MINIMAL_PATH, AssemblyFailure
+from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 from runner_assembly.runner import bundle, projection, prompts, smoke
 from runner_assembly.runner.layout import Layout
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner_assembly.failures import AssemblyFailure
+from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner import git
 from runner_assembly.runner.layout import Layout
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from runner_assembly.failures import MINIMAL_PATH, AssemblyFailure
+from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 
 GIT_TIMEOUT_S = 300
 SAFE_CONFIG = ("-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true",

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-POD_HOME = PurePosixPath("/home/svc")
-POD_WORKSPACE_ROOT = PurePosixPath("/workspace")
+from runner_assembly.assembly.names import POD_HOME
 
 
 @dataclass(frozen=True)

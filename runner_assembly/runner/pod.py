@@ -13,10 +13,16 @@ import os
 import sys
 from pathlib import Path
 
-from runner_assembly.failures import AssemblyFailure
-from runner_assembly.k8s_objects import JOB_SPEC_DIR, SECRETS_ROOT
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.names import (
+    JOB_SPEC_KEY,
+    POD_HOME,
+    POD_JOB_SPEC_DIR,
+    POD_SECRETS_ROOT,
+    POD_WORKSPACE_ROOT,
+)
 from runner_assembly.runner.assemble import Assembler
-from runner_assembly.runner.layout import POD_HOME, POD_WORKSPACE_ROOT, Layout
+from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.projection import SecretSource
 
 STATE_DIR = Path(POD_HOME) / ".svc"
@@ -30,8 +36,8 @@ def assemble(spec_path: Path) -> int:
     layout = Layout(home=Path(POD_HOME), workspace_root=Path(POD_WORKSPACE_ROOT),
                     workspace_key=plan["workspaceKey"],
                     rollout_subdir=volume.get("rolloutSubdir", "sessions"))
-    assembler = Assembler(spec, layout, SecretSource(Path(SECRETS_ROOT)), Path(JOB_SPEC_DIR),
-                          mounted=True)
+    assembler = Assembler(spec, layout, SecretSource(Path(POD_SECRETS_ROOT)),
+                          Path(POD_JOB_SPEC_DIR), mounted=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     try:
         launch = assembler.run()
@@ -63,7 +69,7 @@ def backend(spec_path: Path) -> int:
 
 def main() -> int:
     """Entry point: the phase is the only argument."""
-    spec_path = Path(os.environ.get("SVC_JOB_SPEC", f"{JOB_SPEC_DIR}/job-spec.json"))
+    spec_path = Path(os.environ.get("SVC_JOB_SPEC", f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}"))
     phases = {"assemble": assemble, "backend": backend}
     if len(sys.argv) != 2 or sys.argv[1] not in phases:
         print("usage: python -m runner_assembly.runner.pod assemble|backend", file=sys.stderr)

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from runner_assembly.failures import AssemblyFailure
+from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.layout import Layout
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner_assembly.failures import AssemblyFailure
+from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.git import inside
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from runner_assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
-from runner_assembly.failures import AssemblyFailure
+from runner_assembly.assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
+from runner_assembly.assembly.failures import AssemblyFailure
 
 
 def smoke_check(tools: list[str], path: str, tools_bundle: bool) -> list[dict[str, object]]:

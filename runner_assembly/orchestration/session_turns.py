@@ -34,11 +34,11 @@ from ledger.session import (
 from ledger.sqlfile import load_queries
 from ledger.writer import LedgerWriter
 from projections.session_summary import expires_after
-from runner_assembly.drivers import JobHandle, JobStatus, RunnerDriver
-from runner_assembly.resolve import Resolver
+from runner_assembly.assembly.resolve import Resolver
+from runner_assembly.drivers.protocol import JobHandle, JobStatus, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 
-SQL = load_queries("runner_assembly", "sessions.sql")
+SQL = load_queries("projections", "session_turns.sql")
 ACTOR = "session-layer"
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -19,7 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner_assembly.drivers import (
+from runner_assembly.assembly.failures import MINIMAL_PATH
+from runner_assembly.assembly.names import (
+    ASSEMBLY_FILE,
+    CHANNEL_FILES,
+    JOB_SECRET_DIR,
+    STORAGE_FILE,
+)
+from runner_assembly.drivers.protocol import (
     CANCELLED,
     FAILED,
     RUNNING,
@@ -28,16 +33,7 @@ from runner_assembly.drivers import (
     JobSpec,
     JobStatus,
 )
-from runner_assembly.failures import MINIMAL_PATH
-
-ASSEMBLY_FILE = "assembly.json"
-"""The runner's bounded assembly event (SPEC 6)."""
-JOB_SECRET_DIR = "job-secret"
-"""The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
-STORAGE_FILE = "storage.json"
-"""The runner's summary of the session volume after the backend ended."""
-CHANNEL_FILES = {"output": "stdout.log", "trace": "trace.jsonl"}
-"""Where a local job's runner writes each session channel."""
+from runner_assembly.runner.jobfiles import read_json, write_json_atomically
 
 
 def write_job_secret(folder: Path, values: dict[str, str]) -> None:
@@ -47,22 +43,6 @@ def write_job_secret(folder: Path, values: dict[str, str]) -> None:
         descriptor = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             handle.write(value)
-
-
-def read_json(path: Path) -> dict[str, object] | None:
-    """A JSON file's content, or None when it does not exist (yet)."""
-    try:
-        value = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def write_json_atomically(path: Path, value: object) -> None:
-    """Write JSON so readers see the old file or the whole new one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps(value))  # a name of its own: two writers never collide
-    os.replace(temporary, path)
 
 
 class LocalDriver:
@@ -142,7 +122,7 @@ class LocalDriver:
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "runner_assembly.local_runner", str(folder)],
+                    [sys.executable, "-m", "runner_assembly.runner.local", str(folder)],
                     env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, close_fds=True,
                 )

@@ -21,13 +21,13 @@ from ledger.redaction import redact
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
 from ledger.sqlfile import load_queries
-from runner_assembly.dispatch import Dispatcher, TaskFacts
-from runner_assembly.drivers import CANCELLED, DriverError, JobStatus
-from runner_assembly.failures import AssemblyFailure
-from runner_assembly.plan import Ids
-from runner_assembly.session_turns import ACTOR
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.plan import Ids
+from runner_assembly.drivers.protocol import CANCELLED, DriverError, JobStatus
+from runner_assembly.orchestration.dispatch import Dispatcher, TaskFacts
+from runner_assembly.orchestration.session_turns import ACTOR
 
-SQL = load_queries("runner_assembly", "sessions.sql")
+SQL = load_queries("projections", "session_turns.sql")
 log = logging.getLogger(__name__)
 SYNC_BATCH = 100
 

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner_assembly.plan import RunnerJobPlan
-from runner_assembly.resolve import SessionVolume
-from runner_assembly.runner.layout import POD_HOME, POD_WORKSPACE_ROOT
+from runner_assembly.assembly.names import (
+    JOB_SPEC_KEY,
+    POD_BACKEND_HOME,
+    POD_HOME,
+    POD_JOB_SPEC_DIR,
+    POD_SECRETS_ROOT,
+    POD_WORKSPACE_ROOT,
+    RUNNER_ENTRY,
+)
+from runner_assembly.assembly.plan import RunnerJobPlan
+from runner_assembly.assembly.resolve import SessionVolume
 
 RUN_AS = 10001
-SECRETS_ROOT = "/var/run/svc/secrets"
-JOB_SPEC_DIR = "/var/run/svc/job"
-JOB_SPEC_KEY = "job-spec.json"
-RUNNER_ENTRY = ["python", "-m", "runner_assembly.runner.pod"]
-BACKEND_HOME = f"{POD_HOME}/.backend"
 SAFE_CONTAINER = {
     "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
@@ -105,7 +108,7 @@ def _container(plan: RunnerJobPlan, phase: str, mounts: list[dict[str, Any]],
                env: list[dict[str, Any]]) -> dict[str, Any]:
     return {"name": phase, "image": plan.image.image, "imagePullPolicy": "Always",
             "command": [*RUNNER_ENTRY, phase], "workingDir": str(POD_WORKSPACE_ROOT),
-            "env": [{"name": "SVC_JOB_SPEC", "value": f"{JOB_SPEC_DIR}/{JOB_SPEC_KEY}"},
+            "env": [{"name": "SVC_JOB_SPEC", "value": f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}"},
                     *env],
             "resources": RESOURCES, "securityContext": SAFE_CONTAINER, "volumeMounts": mounts}
 
@@ -128,7 +131,8 @@ def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[dict[str, Any]]], list
     common: list[dict[str, Any]] = [{"name": "home", "mountPath": str(POD_HOME)},
                                     {"name": "workspace", "mountPath": str(POD_WORKSPACE_ROOT)},
                                     {"name": "tmp", "mountPath": "/tmp"},
-                                    {"name": "job", "mountPath": JOB_SPEC_DIR, "readOnly": True}]
+                                    {"name": "job", "mountPath": POD_JOB_SPEC_DIR,
+                                     "readOnly": True}]
     assemble, backend = list(common), list(common)
     for index, use in enumerate(plan.secrets):
         if use.projection == "env":
@@ -140,14 +144,14 @@ def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[dict[str, Any]]], list
         if use.projection == "volume":
             backend.append({"name": name, "mountPath": use.mount_path, "readOnly": True})
         else:  # the profile secret and the repository credential: the assembly step only
-            assemble.append({"name": name, "mountPath": f"{SECRETS_ROOT}/{use.namespace}/"
+            assemble.append({"name": name, "mountPath": f"{POD_SECRETS_ROOT}/{use.namespace}/"
                              f"{use.name}", "readOnly": True})
     volume = plan.session_volume
     if volume is not None:
         volumes.append({"name": "session",
                         "persistentVolumeClaim": {"claimName": volume.pvc_name}})
         backend.append({"name": "session",
-                        "mountPath": f"{BACKEND_HOME}/{volume.rollout_subdir}"})
+                        "mountPath": f"{POD_BACKEND_HOME}/{volume.rollout_subdir}"})
     return {"assemble": assemble, "backend": backend}, volumes
 
 

@@ -24,8 +24,11 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from runner_assembly import k8s_objects
-from runner_assembly.drivers import (
+from runner_assembly.assembly import k8s_objects
+from runner_assembly.assembly.names import JOB_SPEC_KEY, job_name
+from runner_assembly.assembly.plan import RunnerJobPlan
+from runner_assembly.assembly.resolve import SessionVolume
+from runner_assembly.drivers.protocol import (
     COMPLETED,
     FAILED,
     RUNNING,
@@ -34,8 +37,6 @@ from runner_assembly.drivers import (
     JobSpec,
     JobStatus,
 )
-from runner_assembly.plan import RunnerJobPlan
-from runner_assembly.resolve import SessionVolume, kube_name
 
 REST_LOGGER = logging.getLogger("kubernetes.client.rest")
 
@@ -193,14 +194,11 @@ class KubernetesDriver:
                                   f"(HTTP {error.status})") from None
 
 
-def job_name(runner_job_id: str) -> str:
-    """The Job's name for a reserved runner-job id."""
-    return f"svc-v01-{kube_name(runner_job_id)}"
 
 
 def secret_data(spec: JobSpec) -> dict[str, str]:
     """The per-job Secret's data: the job spec (no secret value) and the transient env."""
-    encoded = {k8s_objects.JOB_SPEC_KEY: json.dumps(spec.public())}
+    encoded = {JOB_SPEC_KEY: json.dumps(spec.public())}
     encoded.update(spec.job_secret)
     return {key: base64.b64encode(value.encode()).decode() for key, value in encoded.items()}
 

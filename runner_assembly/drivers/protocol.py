@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from runner_assembly.settings import RunnerSettings
+from typing import Any, Protocol
 
 RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
     "running", "completed", "failed", "blocked", "cancelled")
@@ -112,17 +109,3 @@ class RunnerDriver(Protocol):
     async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
         """The volume summary the job's runner wrote back, if any."""
         ...
-
-
-DRIVERS = ("local", "kubernetes")
-
-
-def make_driver(settings: RunnerSettings) -> RunnerDriver:
-    """The driver ``SVC_RUNNER_DRIVER`` names: ``local`` (default) or ``kubernetes``."""
-    if settings.driver == "kubernetes":
-        from runner_assembly.k8s_driver import KubernetesDriver, api_client
-
-        return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
-    from runner_assembly.local_driver import LocalDriver
-
-    return LocalDriver(settings.jobs_dir, settings.sessions_dir)

@@ -13,7 +13,13 @@ import random
 import signal
 from typing import Any
 
-from runner_assembly.drivers import DriverError, JobHandle, JobSpec, JobStatus, RunnerDriver
+from runner_assembly.drivers.protocol import (
+    DriverError,
+    JobHandle,
+    JobSpec,
+    JobStatus,
+    RunnerDriver,
+)
 
 
 def _probability(faults: frozenset[str], name: str) -> float:

@@ -39,18 +39,24 @@ from ledger.task import (
     used_key,
 )
 from ledger.writer import LedgerWriter, Outcome
-from runner_assembly import faults
-from runner_assembly.drivers import CANCELLED, DriverError, JobSpec, JobStatus, RunnerDriver
-from runner_assembly.failures import AssemblyFailure
-from runner_assembly.plan import Ids, RunnerJobPlan, render_plan
-from runner_assembly.profiles import PROFILE_SECRETS
-from runner_assembly.resolve import Resolver
-from runner_assembly.secret_store import FileSecretStore
-from runner_assembly.session_turns import SessionTurns, choose_thread
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
+from runner_assembly.assembly.profiles import PROFILE_SECRETS
+from runner_assembly.assembly.resolve import Resolver
+from runner_assembly.assembly.secret_store import FileSecretStore
+from runner_assembly.assembly.transient_env import check_transient_env
+from runner_assembly.drivers import faults
+from runner_assembly.drivers.protocol import (
+    CANCELLED,
+    DriverError,
+    JobSpec,
+    JobStatus,
+    RunnerDriver,
+)
+from runner_assembly.orchestration.session_turns import SessionTurns, choose_thread
 from runner_assembly.settings import RunnerSettings
-from runner_assembly.transient_env import check_transient_env
 
-SQL = load_queries("runner_assembly", "dispatch.sql")
+SQL = load_queries("projections", "dispatch.sql")
 log = logging.getLogger(__name__)
 MAX_FAILURE_MESSAGE = 500
 ACTOR = "dispatcher"

@@ -14,7 +14,7 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from runner_assembly.model import DigestImage, ImageSource, Strict
+from runner_assembly.assembly.model import DigestImage, ImageSource, Strict
 
 SPEC_SMOKE_TOOLS = ("bun", "node", "npm", "git", "ssh", "gh", "rg", "curl", "kubectl")
 """SPEC 8: what every runner image must have (``gh`` is the code-host CLI)."""

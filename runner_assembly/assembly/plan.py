@@ -1,6 +1,6 @@
 """The runner job plan: what a job is rendered from, shown by dry runs and stored on the run.
 
-Rendered from the resolved :class:`~runner_assembly.resolve.Assembly` and the reserved ids
+Rendered from the resolved :class:`~runner_assembly.assembly.resolve.Assembly` and the reserved ids
 only. It names secrets, keys, projection kinds, mount paths and environment variables; it
 holds no value (``valuesPrinted=false``).
 """
@@ -12,15 +12,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from runner_assembly.capability import work_ready_summary
-from runner_assembly.resolve import (
+from runner_assembly.assembly.capability import work_ready_summary
+from runner_assembly.assembly.names import job_name, per_job_secret_name
+from runner_assembly.assembly.resolve import (
     Assembly,
     ImageResolution,
     NamesSummary,
     RepositoryFetch,
     SecretUse,
     SessionVolume,
-    kube_name,
 )
 
 PER_JOB_SECRET_ENV = "LAB_API_KEY"
@@ -97,11 +97,6 @@ def workspace_key(assembly: Assembly, ids: Ids) -> str:
     return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 
-def per_job_secret_name(runner_job_id: str) -> str:
-    """The per-job secret holding the transient environment and endpoint defaults."""
-    return f"svc-v01-{kube_name(runner_job_id)}-env"
-
-
 def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
                 smoke_tools: tuple[str, ...], thread_id: str | None = None) -> RunnerJobPlan:
     """The value-free plan of the runner job for a resolved assembly; with ``thread_id``
@@ -119,7 +114,7 @@ def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
     env += [EnvEntry(name=name, source="per-job-secret", secret_name=job_secret, key=name)
             for name in secret_keys]
     return RunnerJobPlan(
-        job_name=f"svc-v01-{kube_name(ids.runner_job_id)}", namespace=namespace, driver=driver,
+        job_name=job_name(ids.runner_job_id), namespace=namespace, driver=driver,
         ids=ids, backend_profile=assembly.backend_profile, image=assembly.image, env=env,
         secrets=assembly.secrets,
         per_job_secret={"name": job_secret, "keys": secret_keys, "ownedByJob": True},

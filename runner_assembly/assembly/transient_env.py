@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from runner_assembly.defaults import RuntimeDefaults
-from runner_assembly.model import ExecutionPolicy, SchemaInvalid, requires_ext_ssh_endpoint
-from runner_assembly.plan import SESSION_ENV, STATIC_ENV
+from runner_assembly.assembly.defaults import RuntimeDefaults
+from runner_assembly.assembly.model import ExecutionPolicy, SchemaInvalid, requires_ext_ssh_endpoint
+from runner_assembly.assembly.plan import SESSION_ENV, STATIC_ENV
 
 CREDENTIAL_NAMES = frozenset({"GIT_HOST_TOKEN", "EXT_SSH_CLIENT_TOKEN", "GH_TOKEN",
                               "GITHUB_TOKEN", "SSH_AUTH_SOCK", "OPENAI_API_KEY",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from runner_assembly.profiles import ProfileSecret
+from runner_assembly.assembly.profiles import ProfileSecret
 
 
 class FileSecretStore:

@@ -14,11 +14,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from runner_assembly.defaults import RuntimeDefaults
-from runner_assembly.failures import AssemblyFailure
-from runner_assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
-from runner_assembly.profiles import PROFILE_SECRETS
-from runner_assembly.secret_store import FileSecretStore
+from runner_assembly.assembly.defaults import RuntimeDefaults
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
+from runner_assembly.assembly.names import session_pvc_name
+from runner_assembly.assembly.profiles import PROFILE_SECRETS
+from runner_assembly.assembly.secret_store import FileSecretStore
 
 SESSION_VOLUME_SIZE = "1Gi"
 
@@ -91,11 +92,6 @@ class Assembly(msgspec.Struct, kw_only=True, rename="camel"):
     transient_env: NamesSummary
     endpoint_defaults: list[str]
     values_printed: bool = False
-
-
-def kube_name(identifier: str) -> str:
-    """A reserved id (``job_01j…``) as a Kubernetes name (``job-01j…``)."""
-    return identifier.replace("_", "-")
 
 
 def environment_id(source: ImageSource) -> str:
@@ -239,7 +235,7 @@ class Resolver:
         return SessionVolume(
             session_id=ref["sessionId"], conversation_id=ref["conversationId"],
             thread_id=ref.get("threadId"),
-            pvc_name=f"svc-v01-session-{kube_name(ref['sessionId'])}",
+            pvc_name=session_pvc_name(ref['sessionId']),
             namespace=self.namespace, rollout_subdir=self.rollout_subdir,
             size=SESSION_VOLUME_SIZE, storage_class=self.storage_class)
 

@@ -1,6 +1,6 @@
 """The runner inside a local runner job (a child process of the local driver).
 
-    python -m runner_assembly.local_runner <job-dir>
+    python -m runner_assembly.runner.local <job-dir>
 
 Runs the runner's assembly steps (:mod:`runner_assembly.runner.assemble`), writes the bounded
 assembly event to ``assembly.json``, runs the backend command in the workspace with the
@@ -22,17 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ledger.task import BLOCKER_KINDS
-from runner_assembly.drivers import BLOCKED, CANCELLED, COMPLETED, FAILED
-from runner_assembly.failures import AssemblyFailure
-from runner_assembly.local_driver import (
+from ledger.task import BLOCKED, BLOCKER_KINDS, CANCELLED, COMPLETED, FAILED
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.names import (
     ASSEMBLY_FILE,
     CHANNEL_FILES,
     JOB_SECRET_DIR,
     STORAGE_FILE,
-    write_json_atomically,
 )
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.jobfiles import write_json_atomically
 from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.session_volume import link_volume, summarize

@@ -1,0 +1,51 @@
+"""Every name a runner job's objects and files are known by: Kubernetes object names derived
+from reserved ids, paths inside a pod, and the files of a local job directory.
+
+Names derive from reserved ids only, so a second create finds the first (SPEC 2.2, DESIGN 4).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+PREFIX = "svc-v01"
+"""The prefix of every object name (and the default namespace)."""
+
+# Inside a pod (a local job maps the same layout below its job directory).
+POD_HOME = PurePosixPath("/home/svc")
+POD_WORKSPACE_ROOT = PurePosixPath("/workspace")
+POD_BACKEND_HOME = f"{POD_HOME}/.backend"
+POD_SECRETS_ROOT = "/var/run/svc/secrets"
+POD_JOB_SPEC_DIR = "/var/run/svc/job"
+JOB_SPEC_KEY = "job-spec.json"
+RUNNER_ENTRY = ["python", "-m", "runner_assembly.runner.pod"]
+
+# Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
+ASSEMBLY_FILE = "assembly.json"
+"""The runner's bounded assembly event (SPEC 6)."""
+JOB_SECRET_DIR = "job-secret"
+"""The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
+STORAGE_FILE = "storage.json"
+"""The runner's summary of the session volume after the backend ended."""
+CHANNEL_FILES = {"output": "stdout.log", "trace": "trace.jsonl"}
+"""Where a local job's runner writes each session channel."""
+
+
+def kube_name(identifier: str) -> str:
+    """A reserved id (``job_01j…``) as a Kubernetes name (``job-01j…``)."""
+    return identifier.replace("_", "-")
+
+
+def job_name(runner_job_id: str) -> str:
+    """The Job's name for a reserved runner-job id."""
+    return f"{PREFIX}-{kube_name(runner_job_id)}"
+
+
+def per_job_secret_name(runner_job_id: str) -> str:
+    """The per-job secret holding the transient environment and endpoint defaults."""
+    return f"{job_name(runner_job_id)}-env"
+
+
+def session_pvc_name(session_id: str) -> str:
+    """The persistent volume claim of a session (one-to-one with the session id)."""
+    return f"{PREFIX}-session-{kube_name(session_id)}"

@@ -1,0 +1,28 @@
+"""Runner drivers: the protocol, ``local`` (embedded default), ``kubernetes``, fault injection.
+
+The factory lives here, above the driver modules, so that no driver imports another.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runner_assembly.drivers.protocol import DriverError, RunnerDriver
+
+if TYPE_CHECKING:
+    from runner_assembly.settings import RunnerSettings
+
+__all__ = ["DRIVERS", "DriverError", "RunnerDriver", "make_driver"]
+
+DRIVERS = ("local", "kubernetes")
+
+
+def make_driver(settings: RunnerSettings) -> RunnerDriver:
+    """The driver ``SVC_RUNNER_DRIVER`` names: ``local`` (default) or ``kubernetes``."""
+    if settings.driver == "kubernetes":
+        from runner_assembly.drivers.k8s import KubernetesDriver, api_client
+
+        return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
+    from runner_assembly.drivers.local import LocalDriver
+
+    return LocalDriver(settings.jobs_dir, settings.sessions_dir)
