@@ -1,4 +1,9 @@
-"""The deployment manifest of SPEC 2.12 as msgspec Structs with its constraints."""
+"""The deployment manifest of SPEC 2.12 as msgspec Structs with its constraints.
+
+Patterns end with ``\\Z``: Python's ``$`` also matches before a final newline, so ``"v1\\n"``
+would pass. The published JSON Schema writes the same anchor as ``$`` (ECMA-262: the end of
+input); see :func:`manifests.schema.generate`.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ ServiceId = Literal[
 ]
 ProfileName = Literal["dev", "prod"]
 DnsLabel = Annotated[str, Meta(min_length=1, max_length=63,
-                               pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+                               pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")]
 NonEmpty = Annotated[str, Meta(min_length=1)]
 
 
@@ -55,9 +60,9 @@ class Service(Strict, frozen=True):
 class DeploymentManifest(Strict, frozen=True):
     """Which service components are deployed in which profile."""
 
-    manifestVersion: Annotated[str, Meta(pattern=r"^v[0-9]+$")]
+    manifestVersion: Annotated[str, Meta(pattern=r"^v[0-9]+\Z")]
     environment: Literal["dev"]
-    commitId: Annotated[str, Meta(pattern=r"^[a-f0-9]{7,40}$")]
+    commitId: Annotated[str, Meta(pattern=r"^[a-f0-9]{7,40}\Z")]
     profiles: Profiles
     services: Annotated[list[Service], Meta(min_length=1)]
     namespace: DnsLabel | UnsetType = UNSET

@@ -27,8 +27,33 @@ def generate(endpoint: str | None = None) -> dict[str, Any]:
     root = schema["$defs"]["DeploymentManifest"]
     root["properties"]["endpoint"] = {"const": endpoint or configured_endpoint()}
     root["properties"]["createdAt"] = {"type": "string", "format": "date-time"}
+    _publish_anchors(schema)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             **schema}
+
+
+PYTHON_END, ECMA_END = "\\Z", "$"
+
+
+def _publish_anchors(node: Any) -> None:
+    """Rewrite the model's end-of-input anchor ``\\Z`` (Python) as ``$`` (ECMA-262, the
+    dialect of JSON Schema ``pattern``), where both mean the true end of the input."""
+    if isinstance(node, dict):
+        pattern = node.get("pattern")
+        if isinstance(pattern, str) and pattern.endswith(PYTHON_END):
+            node["pattern"] = pattern.removesuffix(PYTHON_END) + ECMA_END
+        for value in node.values():
+            _publish_anchors(value)
+    elif isinstance(node, list):
+        for value in node:
+            _publish_anchors(value)
+
+
+def python_pattern(pattern: str) -> str:
+    """A published (ECMA-262) pattern for Python's ``re``: a final ``$`` becomes ``\\Z``."""
+    if pattern.endswith(ECMA_END) and not pattern.endswith("\\" + ECMA_END):
+        return pattern.removesuffix(ECMA_END) + PYTHON_END
+    return pattern
 
 
 def render(schema: dict[str, Any]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import msgspec
 import yaml
 
 from manifests.model import DeploymentManifest
-from manifests.schema import configured_endpoint, generate
+from manifests.schema import configured_endpoint, generate, python_pattern
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,23 @@ def _sentence(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-_validator_class = jsonschema.Draft202012Validator
+def _whole_pattern(validator: Any, pattern: str, instance: Any,
+                   schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    """``pattern`` with JSON Schema's meaning of ``$``: the end of input, not before a final
+    newline (as Python's ``re`` would have it)."""
+    if isinstance(instance, str) and re.search(python_pattern(pattern), instance) is None:
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+ManifestValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _whole_pattern})
+"""Draft 2020-12 with ECMA-262 end anchors: the validator every manifest goes through."""
 
 
 def violations(document: Any, endpoint: str | None = None) -> list[Violation]:
     """Every violation of the manifest rules (empty when valid)."""
     schema = generate(endpoint or configured_endpoint())
-    validator = _validator_class(schema, format_checker=_validator_class.FORMAT_CHECKER)
+    validator = ManifestValidator(schema, format_checker=ManifestValidator.FORMAT_CHECKER)
     found = [Violation(_json_path(e.absolute_path), _sentence(e))
              for e in validator.iter_errors(document)]
     if not found:  # the typed model must agree; report it if it ever does not

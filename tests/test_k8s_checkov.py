@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from runner_assembly.assembly import k8s_objects
-from tests.test_k8s_driver import plan_of
+from tests.test_k8s_driver import plan_of, rendered_objects
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def failed_checks(directory: Path) -> list[str]:
 
 def test_the_rendered_runner_job_passes_checkov(tmp_path: Path) -> None:
     plan = plan_of(tmp_path / "plan")
-    objects = k8s_objects.render_all(plan)
+    objects = rendered_objects(plan)
     objects[1] = k8s_objects.per_job_secret(plan, str(uuid.uuid4()), {"LAB_API_KEY": "eA=="})
     scanned = tmp_path / "scan"
     scanned.mkdir()

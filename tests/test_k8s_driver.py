@@ -99,6 +99,14 @@ def plan_of(tmp_path: Path) -> RunnerJobPlan:
                        smoke_tools=("git", "rg"))
 
 
+def rendered_objects(plan: RunnerJobPlan) -> list[dict[str, Any]]:
+    """Every object of the runner job: the session PVC (if any), the Secret without data,
+    the Job."""
+    pvc = k8s_objects.session_pvc(plan)
+    return [*([pvc] if pvc else []), k8s_objects.per_job_secret(plan, None, None),
+            k8s_objects.job(plan)]
+
+
 def spec_of(plan: RunnerJobPlan) -> JobSpec:
     return JobSpec(runner_job_id="job_01abc", run_id="run_1", task_id="tsk_1",
                    attempt_id="att_1", session_id="ses_k8s", backend_profile="profile-1",
@@ -120,7 +128,7 @@ def objects_of(server: Any) -> dict[str, dict[str, Any]]:
 
 def test_every_rendered_object_validates_strictly_and_holds_no_value(tmp_path: Path) -> None:
     plan = plan_of(tmp_path)
-    rendered = k8s_objects.render_all(plan)
+    rendered = rendered_objects(plan)
     assert [o["kind"] for o in rendered] == ["PersistentVolumeClaim", "Secret", "Job"]
     for obj in rendered:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)

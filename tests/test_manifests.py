@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from datetime import UTC
 from pathlib import Path
@@ -203,3 +204,34 @@ async def test_the_api_validates_manifests(client: Any) -> None:
     assert bad.json()["violations"][0]["path"] == "$.services"
     garbage = await client.post("/api/v1/manifests/validate", content=b"{nope")
     assert garbage.status_code == 400
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("manifestVersion", "v1\n"), ("commitId", "abcdef1\n"), ("namespace", "svc\n"),
+])
+def test_a_final_newline_does_not_satisfy_an_anchored_pattern(field: str, value: str) -> None:
+    document = {**valid(), field: value}
+    found = violations(document, DEFAULT_ENDPOINT)
+    assert [v.path for v in found] == [f"$.{field}"], found
+    assert not _model_accepts(document)
+    assert violations({**valid(), field: value.rstrip("\n")}, DEFAULT_ENDPOINT) == []
+
+
+def test_a_yaml_block_scalar_keeps_its_newline_and_is_refused(tmp_path: Path) -> None:
+    manifest = tmp_path / "block.yaml"
+    manifest.write_text(
+        "manifestVersion: v1\nenvironment: dev\ncommitId: |\n  abcdef1\n"
+        "profiles:\n  dev: {name: dev, enabled: true}\n"
+        "services:\n  - {serviceId: lab-agent-mgr, image: img, namespace: svc-v01,\n"
+        "     healthPath: /api/v1/health, profile: dev}\n")
+    result = subprocess.run([svc_executable(), "manifest", "validate", str(manifest)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout
+    assert "$.commitId: 'commitId' must match ^[a-f0-9]{7,40}$, got 'abcdef1\\n'" \
+        in result.stdout
+
+
+def test_the_published_schema_anchors_at_the_end_of_input() -> None:
+    patterns = re.findall(r'"pattern": "([^"]*)"', SCHEMA_FILE.read_text())
+    assert patterns and not any(p.endswith("\\\\Z") for p in patterns)
+    assert {"^v[0-9]+$", "^[a-f0-9]{7,40}$"} <= set(patterns)

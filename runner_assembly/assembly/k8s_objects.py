@@ -153,9 +153,3 @@ def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[dict[str, Any]]], list
         backend.append({"name": "session",
                         "mountPath": f"{POD_BACKEND_HOME}/{volume.rollout_subdir}"})
     return {"assemble": assemble, "backend": backend}, volumes
-
-
-def render_all(plan: RunnerJobPlan) -> list[dict[str, Any]]:
-    """Every object of the runner job as shown in a dry run: the Secret without data."""
-    objects = [obj for obj in (session_pvc(plan),) if obj is not None]
-    return [*objects, per_job_secret(plan, None, None), job(plan)]

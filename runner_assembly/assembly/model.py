@@ -60,20 +60,6 @@ class ImageSource(Strict, frozen=True):
     dockerfilePath: Text
 
 
-class BackendImageRef(Strict, frozen=True):
-    """Image source and the resolved, digest-pinned image (resolved by the manager)."""
-
-    source: ImageSource
-    image: DigestImage | UnsetType = UNSET
-
-
-class ProfileRef(Strict, frozen=True):
-    """A provider profile and its secret reference."""
-
-    profile: Profile
-    secretRef: SecretRef
-
-
 class SessionRef(Strict, frozen=True):
     """A persisted backend session; ``threadId`` is the only thread identity."""
 

@@ -23,9 +23,6 @@ from runner_assembly.assembly.resolve import (
     SessionVolume,
 )
 
-PER_JOB_SECRET_ENV = "LAB_API_KEY"
-"""SPEC 5.2 rule 8: this key reaches the job only through its per-job secret."""
-
 
 class EnvEntry(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
     """One environment variable of the backend, by name and source; never its value."""
