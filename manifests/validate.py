@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +87,8 @@ def _whole_pattern(validator: Any, pattern: str, instance: Any,
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-ManifestValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"pattern": _whole_pattern})
+_extend: Callable[..., Any] = jsonschema.validators.extend  # untyped in the stubs
+ManifestValidator = _extend(jsonschema.Draft202012Validator, {"pattern": _whole_pattern})
 """Draft 2020-12 with ECMA-262 end anchors: the validator every manifest goes through."""
 
 
