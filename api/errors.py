@@ -13,6 +13,7 @@ from litestar.openapi import ResponseSpec
 from api.wire import ErrorEnvelope
 from ledger.errors import DomainError
 from ledger.redaction import redact, redact_text
+from ledger.store import is_outage
 
 log = logging.getLogger("svc.api")
 
@@ -80,6 +81,11 @@ def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Respo
         message = {404: "no such route", 405: "method not allowed on this route",
                    413: "request body too large"}.get(status, str(error.detail))
         return envelope(code, message, {"path": request.url.path}, status)
+    if is_outage(error):
+        log.warning("database unreachable on %s %s: %s", request.method, request.url.path,
+                    redact_text(repr(error)))
+        return envelope("infra-failed", "the database does not answer; retry later",
+                        {"database": "down"}, 503)
     log.error("unhandled error on %s %s: %s", request.method, request.url.path,
               redact_text(repr(error)))
     return envelope("internal-error", "internal error; nothing was changed", None, 500)

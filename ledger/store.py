@@ -42,6 +42,17 @@ class PendingEvent:
     recorded_at: datetime
 
 
+OUTAGE_ERRORS = (OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+                 asyncpg.exceptions.OperatorInterventionError,
+                 asyncpg.exceptions.InsufficientResourcesError)
+"""Errors that mean the database cannot be reached or is going away, not a refused query."""
+
+
+def is_outage(error: BaseException) -> bool:
+    """True when ``error`` says the database is unreachable (a read answers 503 then)."""
+    return isinstance(error, OUTAGE_ERRORS)
+
+
 def translate_error(error: BaseException) -> Exception:
     """Map a driver error to the ledger's own error type."""
     if isinstance(error, asyncpg.UniqueViolationError) and "stream_version" in str(
