@@ -35,6 +35,8 @@ STATUS_BY_CODE = {
     "session-store-evicted": 422,
     "build-required": 422,
     "infra-failed": 503,
+    "commit-unknown": 503,
+    "ledger-corrupt": 503,
     "internal-error": 500,
 }
 CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-allowed",
@@ -88,7 +90,8 @@ def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Respo
                         {"database": "down"}, 503)
     log.error("unhandled error on %s %s: %s", request.method, request.url.path,
               redact_text(repr(error)))
-    return envelope("internal-error", "internal error; nothing was changed", None, 500)
+    return envelope("internal-error", "internal error (see the server log for this request id)",
+                    None, 500)
 
 
 def _problem(problem: Any) -> dict[str, Any]:

@@ -14,12 +14,12 @@ db_app = App(name="db", help="Database schema.")
 ledger_app = App(name="ledger", help="The append-only ledger: replay and audit.")
 
 
-async def _connect() -> tuple[asyncpg.Connection, Any]:
+async def _connect(*, owner: bool = False) -> tuple[asyncpg.Connection, Any]:
+    """A connection as the service's role, or as the schema owner (migrations)."""
+    from ledger.database import resolve_database_urls
 
-    from ledger.database import resolve_database_url
-
-    url, server = await asyncio.to_thread(resolve_database_url)
-    return await asyncpg.connect(url), server
+    urls = await asyncio.to_thread(resolve_database_urls)
+    return await asyncpg.connect(urls.owner if owner else urls.app), urls.server
 
 
 @db_app.command
@@ -28,7 +28,7 @@ def migrate() -> int:
     from ledger.migrate import migrate as apply
 
     async def main() -> int:
-        conn, _server = await _connect()
+        conn, _server = await _connect(owner=True)
         try:
             applied = await apply(conn)
         finally:
@@ -41,32 +41,67 @@ def migrate() -> int:
 
 
 @ledger_app.command
-def replay(*, verify: Annotated[bool, Parameter(
-        help="Only compare: rebuild into scratch tables, diff, check the hash chain.")] = False,
-           ) -> int:
-    """Rebuild every projection from the ledger alone and compare it with the live tables.
+def anchor() -> int:
+    """Print the head of the hash chain as SEQ:HASH.
 
-    With --verify nothing is changed and the exit status is 0 only when the rebuilt
-    projections equal the live ones and the hash chain verifies. Without it, the live
-    projections are replaced by the rebuild (writers wait meanwhile).
+    Keep it outside the database (a ticket, a commit, another system): later,
+    `svc ledger replay --verify --anchor SEQ:HASH` proves the history up to SEQ is unchanged,
+    even against a role that could rewrite the ledger and recompute its hashes.
     """
-    from projections.replay import replay as run_replay
+    from ledger.anchor import head_anchor
 
     async def main() -> int:
         conn, _server = await _connect()
         try:
+            render.out(str(await head_anchor(conn)))
+        finally:
+            await conn.close()
+        return 0
+
+    return asyncio.run(main())
+
+
+@ledger_app.command
+def replay(*, verify: Annotated[bool, Parameter(
+        help="Only compare: rebuild into scratch tables, diff, check the hash chain.")] = False,
+           anchor: Annotated[str | None, Parameter(
+        help="SEQ:HASH from `svc ledger anchor`: also fail when the history up to SEQ "
+             "no longer hashes to it.")] = None,
+           ) -> int:
+    """Rebuild every projection from the ledger alone and compare it with the live tables.
+
+    With --verify nothing is changed and the exit status is 0 only when the rebuilt
+    projections equal the live ones and the hash chain verifies (and reaches --anchor).
+    Without it, the live projections are replaced by the rebuild (writers wait meanwhile).
+    An entry that cannot be decoded is reported as `changeSeq N: <reason>` (exit 1).
+    """
+    from ledger.anchor import anchor_error, parse_anchor
+    from ledger.errors import DomainError
+    from projections.replay import replay as run_replay
+
+    async def main() -> int:
+        wanted = parse_anchor(anchor) if anchor is not None else None
+        conn, _server = await _connect()
+        try:
             report = await run_replay(conn, repair=not verify)
+            anchored = await anchor_error(conn, wanted) if wanted else None
         finally:
             await conn.close()
         render.out(f"events: {report.events}  streams: {report.streams}"
                    f"  seconds: {report.seconds:.2f}")
         render.out(f"hash chain: {report.chain_error or 'ok'}")
+        if wanted is not None:
+            render.out(f"anchor: {anchored or 'ok'}")
         for table, count in report.differences.items():
             sample = ", ".join(report.samples.get(table, []))
             render.out(f"{table}: {'equal' if not count else f'{count} differing rows'}"
                        + (f" (e.g. {sample})" if sample else ""))
         if report.repaired:
             render.out("live projections replaced by the rebuild")
-        return 0 if report.ok or report.repaired else 1
+        return 0 if (report.ok or report.repaired) and anchored is None else 1
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except DomainError as error:
+        render.error(error.code, error.message)
+        return 1

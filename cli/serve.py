@@ -64,7 +64,7 @@ def serve(
 
     from api.app import create_app
     from api.observability import configure_logging
-    from ledger.database import data_dir, resolve_database_url
+    from ledger.database import data_dir, resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
     from runner_assembly.settings import RunnerSettings
@@ -80,9 +80,11 @@ def serve(
         render.error("invalid-request", f"unknown runner driver {settings.driver!r}; "
                      f"SVC_RUNNER_DRIVER is one of {', '.join(DRIVERS)}")
         return 2
-    url, server = resolve_database_url()
-    applied = asyncio.run(_migrate(url))
-    where = "SVC_DATABASE_URL" if server is None else f"embedded Postgres in {data_dir() / 'pg'}"
+    urls = resolve_database_urls()
+    applied = asyncio.run(_migrate(urls.owner))
+    server, url = urls.server, urls.app
+    where = ("SVC_DATABASE_URL" if server is None
+             else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
     render.out(f"svc serving on {api} (database: {where}; migrations applied: "
                f"{', '.join(applied) or 'none pending'})")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -54,19 +57,59 @@ async def ensure_database(admin_url: str, name: str) -> None:
         await conn.close()
 
 
-def resolve_database_url() -> tuple[str, Any]:
-    """Return the database URL and the embedded server handle (None when external).
+APP_GROUP = "svc_app"
+"""The group role the service's rights are granted to (migration 0006)."""
+APP_LOGIN = "svc_api"
+"""The login role the embedded default serves as: a member of ``svc_app``, owner of nothing."""
+
+
+@dataclass(frozen=True)
+class DatabaseUrls:
+    """Where to serve from and where to migrate from (the owner); ``server`` keeps an embedded
+    Postgres alive (None when external)."""
+
+    app: str
+    owner: str
+    server: Any = None
+
+
+def with_user(url: str, user: str) -> str:
+    """The same server and database as ``url``, as ``user`` (no password: local trust)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
+
+
+async def ensure_app_login(owner_url: str, login: str = APP_LOGIN) -> None:
+    """Create the group role and a login role in it unless they exist (needs CREATEROLE)."""
+    conn = await asyncpg.connect(owner_url)
+    try:
+        for name, options in ((APP_GROUP, "NOLOGIN"), (login, f"LOGIN IN ROLE {APP_GROUP}")):
+            if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", name):
+                with contextlib.suppress(asyncpg.DuplicateObjectError,
+                                         asyncpg.UniqueViolationError):
+                    await conn.execute(f"CREATE ROLE {name} {options}")
+    finally:
+        await conn.close()
+
+
+def resolve_database_urls() -> DatabaseUrls:
+    """The service's URLs: ``SVC_DATABASE_URL`` (serving) and ``SVC_MIGRATE_DATABASE_URL``
+    (migrations, default: the same), or the embedded server, where migrations run as its
+    superuser and the service serves as ``svc_api``.
 
     The handle keeps the embedded server alive; it stops when the last process using it exits.
     """
     url = os.environ.get("SVC_DATABASE_URL")
     if url:
-        return url, None
+        return DatabaseUrls(app=url, owner=os.environ.get("SVC_MIGRATE_DATABASE_URL") or url)
     server = start_embedded(data_dir() / "pg")
     import asyncio
 
+    owner = server.get_uri(DEFAULT_DATABASE)
     asyncio.run(ensure_database(server.get_uri(), DEFAULT_DATABASE))
-    return server.get_uri(DEFAULT_DATABASE), server
+    asyncio.run(ensure_app_login(owner))
+    return DatabaseUrls(app=with_user(owner, APP_LOGIN), owner=owner, server=server)
 
 
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:

@@ -70,3 +70,16 @@ class Refused(DomainError):
     def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message, **details)
         self.code = code
+
+
+class LedgerCorrupt(DomainError):
+    """A ledger entry cannot be decoded: the stream it belongs to cannot be folded."""
+
+    code = "ledger-corrupt"
+
+
+class CommitUnknown(DomainError):
+    """The connection was lost while committing: the change may or may not be stored.
+    Retry with the same idempotency key."""
+
+    code = "commit-unknown"

@@ -32,12 +32,19 @@ def available_migrations() -> list[Migration]:
 
 
 async def migrate(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply the migrations not yet recorded in ``schema_migrations``; return those applied."""
-    await conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version integer PRIMARY KEY, name text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now())"
-    )
+    """Apply the migrations not yet recorded in ``schema_migrations``; return those applied.
+
+    With the schema current this only reads, so the service's own role (which may not create
+    tables) can call it at start.
+    """
+    if not await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+    if not await pending_migrations(conn):
+        return []
     applied: list[Migration] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)

@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from ledger.database import DbConnection
-from ledger.errors import LedgerUnavailable, StreamVersionConflict
+from ledger.errors import LedgerCorrupt, LedgerUnavailable, StreamVersionConflict
 from ledger.events import event_encoder, event_type_of
 from ledger.hashing import entry_hash
 from ledger.sqlfile import load_queries
@@ -81,14 +82,24 @@ def _head(row: asyncpg.Record | None) -> Head:
 
 
 def entry_from_row(row: asyncpg.Record) -> RecordedEntry:
-    """Decode one ledger row into a recorded entry."""
-    kind = STREAM_KINDS[row["stream_type"]]
+    """Decode one ledger row into a recorded entry, or raise :class:`LedgerCorrupt` naming
+    its changeSeq."""
+    seq = row["change_seq"]
+    kind = STREAM_KINDS.get(row["stream_type"])
+    if kind is None:
+        raise LedgerCorrupt(f"changeSeq {seq}: unknown stream type {row['stream_type']!r}",
+                            changeSeq=seq)
+    try:
+        event = kind.decode(row["payload"])
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise LedgerCorrupt(f"changeSeq {seq}: undecodable {row['event_type']} payload: "
+                            f"{error}", changeSeq=seq) from None
     return RecordedEntry(
-        change_seq=row["change_seq"],
+        change_seq=seq,
         stream_type=row["stream_type"],
         stream_id=row["stream_id"],
         stream_version=row["stream_version"],
-        event=kind.decode(row["payload"]),
+        event=event,
         actor=row["actor"],
         recorded_at=row["recorded_at"],
     )
@@ -141,3 +152,9 @@ async def iter_batches(
     cursor = await conn.cursor(SQL[query_name])
     while rows := await cursor.fetch(batch):
         yield rows
+
+
+async def hash_at(conn: DbConnection, change_seq: int) -> bytes | None:
+    """The stored hash of the entry at ``change_seq`` (None when there is none)."""
+    value = await conn.fetchval(SQL["hash_at"], change_seq)
+    return None if value is None else bytes(value)

@@ -19,7 +19,7 @@ import asyncpg
 
 from ledger import store
 from ledger.database import DbConnection
-from ledger.errors import DomainError, LedgerUnavailable, StreamVersionConflict
+from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.streams import Command, RecordedEntry, stream_kind_for
 
 ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[None]]
@@ -135,6 +135,10 @@ class LedgerWriter:
                 outcomes = await self._try_batch(batch)
             except StreamVersionConflict:
                 continue
+            except CommitUnknown as unknown:  # never re-run: the batch may be stored
+                for item in batch:
+                    _fail(item, unknown)
+                return
             except Exception as error:  # isolate the failing command, then report it
                 if len(batch) > 1:
                     for item in batch:
@@ -154,41 +158,63 @@ class LedgerWriter:
             _fail(item, StreamVersionConflict())
 
     async def _try_batch(self, batch: list[_Item]) -> list[Outcome | DomainError]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            head = await store.lock_head(conn)
-            states = await load_states(conn, [item.command for item in batch])
-            pending: list[store.PendingEvent] = []
-            outcomes: list[Outcome | DomainError] = []
-            now = self._clock()
-            for item in batch:
-                command = item.command
-                kind = stream_kind_for(command)
-                state, version = states[command.stream_id]
-                before = state
-                try:
-                    events = kind.decide(state, command)
-                except DomainError as refusal:
-                    outcomes.append(refusal)
-                    continue
-                item.pending_indexes = []
-                for event in events:
-                    version += 1
-                    state = kind.evolve(state, event)
-                    item.pending_indexes.append(len(pending))
-                    pending.append(store.PendingEvent(kind.stream_type, command.stream_id,
-                                                      version, event, item.actor, now))
-                states[command.stream_id] = (state, version)
-                outcomes.append(Outcome(command.stream_id, events, state, before=before))
+        async with self._pool.acquire() as conn:
+            transaction = conn.transaction()
+            await transaction.start()
             try:
-                _, recorded = await store.append(conn, head, pending)
-                if recorded:
-                    await self._project(conn, recorded)
-            except asyncpg.PostgresError as error:
-                raise store.translate_error(error) from error
+                outcomes, recorded = await self._decide_and_append(conn, batch)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+                raise
+            try:
+                await transaction.commit()
+            except Exception as error:
+                if store.is_outage(error):
+                    raise CommitUnknown(
+                        "the database connection was lost while committing: the change may "
+                        "or may not be stored; retry with the same idempotency key") from error
+                raise
         for item, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Outcome) and item.pending_indexes:
                 outcome.change_seq = recorded[item.pending_indexes[-1]].change_seq
         return outcomes
+
+    async def _decide_and_append(
+        self, conn: DbConnection, batch: list[_Item]
+    ) -> tuple[list[Outcome | DomainError], list[RecordedEntry]]:
+        """Inside the batch's transaction: decide every command, append and project."""
+        head = await store.lock_head(conn)
+        states = await load_states(conn, [item.command for item in batch])
+        pending: list[store.PendingEvent] = []
+        outcomes: list[Outcome | DomainError] = []
+        now = self._clock()
+        for item in batch:
+            command = item.command
+            kind = stream_kind_for(command)
+            state, version = states[command.stream_id]
+            before = state
+            try:
+                events = kind.decide(state, command)
+            except DomainError as refusal:
+                outcomes.append(refusal)
+                continue
+            item.pending_indexes = []
+            for event in events:
+                version += 1
+                state = kind.evolve(state, event)
+                item.pending_indexes.append(len(pending))
+                pending.append(store.PendingEvent(kind.stream_type, command.stream_id,
+                                                  version, event, item.actor, now))
+            states[command.stream_id] = (state, version)
+            outcomes.append(Outcome(command.stream_id, events, state, before=before))
+        try:
+            _, recorded = await store.append(conn, head, pending)
+            if recorded:
+                await self._project(conn, recorded)
+        except asyncpg.PostgresError as error:
+            raise store.translate_error(error) from error
+        return outcomes, recorded
 
 
 def _fail(item: _Item, error: Exception) -> None:

@@ -20,7 +20,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from api.app import create_app
-from ledger.database import start_embedded
+from ledger.database import APP_LOGIN, ensure_app_login, start_embedded, with_user
 from ledger.migrate import migrate
 from runner_assembly.settings import RunnerSettings
 from tests.support import unique_name, with_database, write_profile_secret
@@ -62,6 +62,7 @@ async def template_url(server_url: str) -> AsyncIterator[str]:
         await migrate(conn)
     finally:
         await conn.close()
+    await ensure_app_login(with_database(server_url, "postgres"))
     yield url
     await _admin(server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
 
@@ -76,6 +77,12 @@ async def database_url(server_url: str, template_url: str) -> AsyncIterator[str]
 
 
 @pytest.fixture
+def app_url(database_url: str) -> str:
+    """The test database as the service's own role (``svc_api``: no owner rights)."""
+    return with_user(database_url, APP_LOGIN)
+
+
+@pytest.fixture
 def runner_settings(tmp_path: Path) -> RunnerSettings:
     """Runner settings with a private data dir holding a profile-1 secret."""
     data = tmp_path / "svc-data"
@@ -84,10 +91,11 @@ def runner_settings(tmp_path: Path) -> RunnerSettings:
 
 
 @pytest.fixture
-async def client(database_url: str,
+async def client(app_url: str,
                  runner_settings: RunnerSettings) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
-    """The real Litestar app on the test database, through its ASGI interface."""
-    app = create_app(database_url, settings=runner_settings)
+    """The real Litestar app on the test database (as the service's role), through its ASGI
+    interface."""
+    app = create_app(app_url, settings=runner_settings)
     async with AsyncTestClient(app) as test_client:
         yield test_client
 
@@ -113,8 +121,10 @@ async def running_api(database_url: str, workdir: Path,
     """
     port = free_port()
     write_profile_secret(workdir / "data")
-    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
-           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data"), **(extra_env or {})}
+    env = {"PATH": os.environ.get("PATH", ""),
+           "SVC_DATABASE_URL": with_user(database_url, APP_LOGIN),
+           "SVC_MIGRATE_DATABASE_URL": database_url, "SVC_PORT": str(port),
+           "SVC_DATA_DIR": str(workdir / "data"), **(extra_env or {})}
     log_path = workdir / f"serve-{port}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,

@@ -31,3 +31,6 @@ SELECT change_seq, stream_type, stream_id, stream_version, event_type, payload::
        actor, recorded_at, prev_hash, hash
 FROM ledger
 ORDER BY change_seq
+
+-- name: hash_at
+SELECT hash FROM ledger WHERE change_seq = $1
