@@ -39,7 +39,7 @@ class RowDecoder(Generic[R]):
         values = dict(record)
         for name in self.json_columns:
             text = values[name]
-            values[name] = _object_decoder.decode(text) if isinstance(text, str) else None
+            values[name] = _object_decoder.decode(text) if isinstance(text, str) and text else None
         return msgspec.convert(values, self.kind)
 
     def many(self, records: Iterable[Mapping[str, object]]) -> list[R]:
