@@ -11,8 +11,8 @@ from api import wire
 from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 from projections.attempt_summary import AttemptRow
 from projections.commander import PHASE
-from projections.queries import CommanderResult, CommanderRow, JsonObject, StatsResult, TaskPage
-from projections.session_queries import RecentTurn, SessionDetailRow, SessionItemRow
+from projections.queries import CommanderResult, StatsResult, TaskPage
+from projections.rows import CommanderRow, JsonObject, RunView, SessionHead, SessionView, TurnFields
 from projections.task_summary import TaskSummaryRow
 
 SESSION_PATH = "/api/v1/sessions/{}"
@@ -22,7 +22,6 @@ RECOVERY = {
     FAILED: _RETRY, BLOCKED: _RETRY, COMPLETED: "none", CANCELLED: "none",
 }
 Budgets = dict[str, str]
-_SESSION_ITEM_FIELDS = sw.SessionItem.__struct_fields__
 
 
 def session_path(session_id: str) -> str:
@@ -89,8 +88,7 @@ def attempt(row: AttemptRow, budgets: Budgets, queue: str) -> wire.Attempt:
 
 def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
     """The stats answer."""
-    rows = [wire.StatsRow(r.queue, r.lane, r.state, r.backend_profile, r.count)
-            for r in result.rows]
+    rows = [wire.StatsRow(**msgspec.structs.asdict(r)) for r in result.rows]
     return wire.QueueStats(
         queue=queue, total=sum(result.by_state.values()), by_state=result.by_state,
         by_lane=result.by_lane, by_backend_profile=result.by_profile, rows=rows,
@@ -116,24 +114,25 @@ def _commander_item(item: CommanderRow, budgets: Budgets) -> wire.CommanderItem:
     )
 
 
-def session_item(row: SessionItemRow) -> sw.SessionItem:
+def session_item(row: SessionHead) -> sw.SessionItem:
     """A session of a list."""
-    return sw.SessionItem(**{name: getattr(row, name) for name in _SESSION_ITEM_FIELDS})
+    return sw.SessionItem(**msgspec.structs.asdict(row))
 
 
-def session_detail(row: SessionDetailRow, turns: list[RecentTurn], output_last_seq: int,
+def session_detail(row: SessionView, turns: list[TurnFields], output_last_seq: int,
                    trace_last_seq: int, reader_id: str) -> sw.SessionDetail:
     """A session with its storage, recent turns and line heads."""
-    storage = sw.Storage(
-        storage_kind=row.storage_kind, pvc_name=row.pvc_name, pvc_phase=row.pvc_phase,
-        storage_size_bytes=row.storage_size_bytes, storage_files_count=row.storage_files_count,
-        storage_sha256=row.storage_sha256, storage_updated_at=row.storage_updated_at,
-        expires_at=row.expires_at)
+    fields = msgspec.structs.asdict(row)
+    fields["storage"] = sw.Storage(**msgspec.structs.asdict(row.storage))
     return sw.SessionDetail(
-        **{name: getattr(row, name) for name in _SESSION_ITEM_FIELDS}, run_id=row.run_id,
-        storage=storage, recent_turns=[sw.Turn(**msgspec.structs.asdict(t)) for t in turns],
+        **fields, recent_turns=[sw.Turn(**msgspec.structs.asdict(t)) for t in turns],
         output_last_seq=output_last_seq, trace_last_seq=trace_last_seq, reader_id=reader_id,
         session_path=session_path(row.session_id))
+
+
+def runner_job(row: RunView) -> wire.RunnerJob:
+    """The runner-job view of a run."""
+    return wire.RunnerJob(**msgspec.structs.asdict(row))
 
 
 def plan(command: str, task_id: str | None, before: Any, after: Any,

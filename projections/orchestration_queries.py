@@ -8,7 +8,8 @@ import msgspec
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
-from projections.queries import JsonObject, RowDecoder
+from projections.queries import RowDecoder
+from projections.rows import JsonObject
 
 DISPATCH_SQL = load_queries("projections", "dispatch.sql")
 TURNS_SQL = load_queries("projections", "session_turns.sql")

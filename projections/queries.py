@@ -6,8 +6,8 @@ import base64
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from types import SimpleNamespace
+from typing import Generic, TypeVar
 
 import asyncpg
 import msgspec
@@ -16,13 +16,20 @@ from ledger.database import Queryable
 from ledger.errors import InvalidRequest
 from ledger.sqlfile import load_queries
 from projections.attempt_summary import AttemptRow
+from projections.rows import (
+    CommanderRow,
+    JsonObject,
+    ReservedRun,
+    RunView,
+    StatsCounter,
+    TaskItemRow,
+)
 from projections.store import row_from_record
 from projections.task_summary import TaskSummaryRow
 
 SQL = load_queries("projections", "queries.sql")
 MAX_SEQ = 2**63 - 1
 STATS_ROW_LIMIT = 500
-JsonObject = dict[str, Any]
 _object_decoder = msgspec.json.Decoder(JsonObject)
 R = TypeVar("R", bound=msgspec.Struct)
 
@@ -30,17 +37,23 @@ R = TypeVar("R", bound=msgspec.Struct)
 class RowDecoder(Generic[R]):
     """Records of one query shape into one Struct type; JSON text columns decoded first."""
 
-    def __init__(self, kind: type[R], json_columns: tuple[str, ...] = ()) -> None:
+    def __init__(self, kind: type[R], json_columns: tuple[str, ...] = (),
+                 nested: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.json_columns = json_columns
+        self.nested = nested
 
     def one(self, record: Mapping[str, object]) -> R:
-        """Decode one record (columns the Struct lacks are ignored)."""
-        values = dict(record)
+        """Decode one record (columns the Struct lacks are ignored; a nested Struct field
+        takes its fields from the same record)."""
+        values = SimpleNamespace(**record)
         for name in self.json_columns:
-            text = values[name]
-            values[name] = _object_decoder.decode(text) if isinstance(text, str) and text else None
-        return msgspec.convert(values, self.kind)
+            text = getattr(values, name)
+            setattr(values, name,
+                    _object_decoder.decode(text) if isinstance(text, str) and text else None)
+        for name in self.nested:
+            setattr(values, name, values)
+        return msgspec.convert(values, self.kind, from_attributes=True)
 
     def many(self, records: Iterable[Mapping[str, object]]) -> list[R]:
         """Decode every record."""
@@ -51,83 +64,11 @@ class RowDecoder(Generic[R]):
         return None if record is None else self.one(record)
 
 
-class TaskItemRow(msgspec.Struct, frozen=True, kw_only=True):
-    """A task as a list page holds it."""
-
-    task_id: str
-    tenant_id: str
-    project_id: str
-    queue: str
-    lane: str
-    title: str
-    priority: int
-    state: str
-    backend_profile: str | None
-    summary: str
-    version: int
-    change_seq: int
-    latest_attempt: JsonObject | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class CommanderRow(msgspec.Struct, frozen=True, kw_only=True):
-    """A task of the commander view; ``unread`` is None without a reader."""
-
-    task_id: str
-    queue: str
-    lane: str
-    title: str
-    state: str
-    version: int
-    change_seq: int
-    latest_attempt: JsonObject | None
-    unread: bool | None
-
-
-class StatsCounter(msgspec.Struct, frozen=True):
-    """One counter of ``queue_stats``."""
-
-    queue: str
-    lane: str
-    state: str
-    backend_profile: str | None
-    count: int
-
-
-class RunView(msgspec.Struct, frozen=True, kw_only=True):
-    """A run's record with its job plan, assembly event and attempt state."""
-
-    run_id: str
-    task_id: str
-    attempt_id: str
-    runner_job_id: str
-    session_id: str
-    backend_profile: str
-    status: str
-    failure_kind: str | None
-    failure_message: str | None
-    exit_code: int | None
-    driver: str | None
-    job_plan: JsonObject | None
-    assembly: JsonObject | None
-    attempt_state: str | None
-    high_water: int
-
-
-class ReservedRun(msgspec.Struct, frozen=True):
-    """The attempt a run id was reserved for."""
-
-    task_id: str
-    attempt_id: str
-    state: str
-
-
 _TASK_ITEMS = RowDecoder(TaskItemRow, ("latest_attempt",))
 _COMMANDER = RowDecoder(CommanderRow, ("latest_attempt",))
 _COUNTERS = RowDecoder(StatsCounter)
 _ATTEMPTS = RowDecoder(AttemptRow)
-_RUNS = RowDecoder(RunView, ("job_plan", "assembly"))
+_RUNS = RowDecoder(RunView, ("plan", "assembly"))
 _RESERVED = RowDecoder(ReservedRun)
 
 

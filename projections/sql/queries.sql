@@ -89,9 +89,9 @@ SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason, previou
 FROM attempt_summary WHERE attempt_id = $1
 
 -- name: get_run
-SELECT h.last_seq AS high_water, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
+SELECT h.last_seq AS change_seq, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
        r.session_id, r.backend_profile, r.status, r.failure_kind, r.failure_message,
-       r.exit_code, r.driver, r.job_plan::text AS job_plan, r.assembly::text AS assembly,
+       r.exit_code, r.driver, r.job_plan::text AS plan, r.assembly::text AS assembly,
        a.state AS attempt_state
 FROM ledger_head h
 JOIN run_record r ON r.run_id = $1
