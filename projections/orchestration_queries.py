@@ -10,6 +10,7 @@ from ledger.database import Queryable
 from ledger.sqlfile import load_queries
 from projections.queries import RowDecoder
 from projections.rows import JsonObject
+from projections.session_summary import SessionRow
 
 DISPATCH_SQL = load_queries("projections", "dispatch.sql")
 TURNS_SQL = load_queries("projections", "session_turns.sql")
@@ -46,22 +47,6 @@ class LatestAttempt(msgspec.Struct, frozen=True, kw_only=True):
     runner_job_id: str
     state: str
     session_id: str
-
-
-class SessionState(msgspec.Struct, frozen=True, kw_only=True):
-    """What the session layer reads of a session's summary."""
-
-    session_id: str
-    conversation_id: str
-    backend_profile: str
-    state: str
-    thread_id: str | None
-    storage_kind: str
-    pvc_name: str | None
-    expires_at: datetime
-    ttl_seconds: int
-    run_id: str | None
-    latest_run_id: str | None
 
 
 class ActiveTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,7 +92,7 @@ class RunBase(msgspec.Struct, frozen=True, kw_only=True):
 _TASK_FACTS = RowDecoder(TaskFactsRow, ("contract",))
 _ATTEMPTS = RowDecoder(AttemptIdentity)
 _LATEST = RowDecoder(LatestAttempt)
-_SESSIONS = RowDecoder(SessionState)
+_SESSIONS = RowDecoder(SessionRow)
 _ACTIVE = RowDecoder(ActiveTurn)
 _COMMAND_TURNS = RowDecoder(CommandTurn)
 _EXPIRED = RowDecoder(ExpiredSession)
@@ -158,8 +143,8 @@ async def session_of_job(db: Queryable, runner_job_id: str) -> str | None:
     return session_id
 
 
-async def session_state(db: Queryable, session_id: str) -> SessionState | None:
-    """A session's summary as the session layer needs it, or None."""
+async def session_state(db: Queryable, session_id: str) -> SessionRow | None:
+    """A session's summary row, or None."""
     return _SESSIONS.maybe(await db.fetchrow(TURNS_SQL["session_row"], session_id))
 
 

@@ -33,8 +33,7 @@ from ledger.session import (
 )
 from ledger.writer import LedgerWriter
 from projections import orchestration_queries as oq
-from projections.orchestration_queries import SessionState
-from projections.session_summary import expires_after
+from projections.session_summary import SessionRow, expires_after
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.drivers.protocol import JobHandle, JobStatus, RunnerDriver
 from runner_assembly.settings import RunnerSettings
@@ -79,7 +78,7 @@ class SessionTurns:
         async with advisory_lock(conn, f"session/{session_id}"):
             yield
 
-    async def row(self, session_id: str) -> SessionState | None:
+    async def row(self, session_id: str) -> SessionRow | None:
         """The session's summary row, if it exists."""
         return await oq.session_state(self.pool, session_id)
 
@@ -90,7 +89,7 @@ class SessionTurns:
         assert volume is not None
         return dict(msgspec.to_builtins(volume))
 
-    async def check_usable(self, session_id: str, profile: str) -> SessionState | None:
+    async def check_usable(self, session_id: str, profile: str) -> SessionRow | None:
         """Refuse a session of another profile, an evicted one, or one with a turn running."""
         row = await self.row(session_id)
         if row is None:
@@ -106,7 +105,7 @@ class SessionTurns:
         return row
 
     async def open(self, session_id: str, conversation_id: str, profile: str, *,
-                   persistent: bool, run_id: str | None = None) -> SessionState:
+                   persistent: bool, run_id: str | None = None) -> SessionRow:
         """Create the session (and its volume) or find it; the volume exists afterwards."""
         ttl = self.settings.session_ttl_s
         volume = self.volume(session_id, conversation_id) if persistent else None
