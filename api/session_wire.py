@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
-from projections.rows import SessionHead, StorageFields, TurnFields
+from projections.rows import JsonObject, SessionHead, StorageFields, TurnFields
 from runner_assembly.assembly import model
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
@@ -23,7 +23,7 @@ class RunBase(Camel, frozen=True):
     workspace_ref: model.WorkspaceRef | None = None
     resource_bundle_ref: model.ResourceBundleRef | None = None
     execution_policy: model.ExecutionPolicy | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
 
 
 class SessionCreateBody(Camel, frozen=True):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import msgspec
 
@@ -135,12 +135,12 @@ def runner_job(row: RunView) -> wire.RunnerJob:
     return wire.RunnerJob(**msgspec.structs.asdict(row))
 
 
-def plan(command: str, task_id: str | None, before: Any, after: Any,
-         events: list[Any], **extra: Any) -> wire.DryRun:
+def plan(command: str, task_id: str | None, before: object, after: object,
+         events: Sequence[msgspec.Struct], **extra: object) -> wire.DryRun:
     """The dry-run answer: what the command would append, and the state it would leave."""
     from ledger.events import event_type_of
 
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "command": command,
         "taskId": task_id,
         "stateBefore": getattr(before, "state", None),

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from ledger.task import TASK_STATES
-from projections.rows import CommanderHead, RunnerJobHead, StatsCounter, TaskHead
+from projections.rows import CommanderHead, JsonObject, RunnerJobHead, StatsCounter, TaskHead
 from runner_assembly.assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
@@ -22,7 +22,6 @@ Reason = Annotated[str, Meta(min_length=1, max_length=1000)]
 Priority = Annotated[int, Meta(ge=0, le=100)]
 BackendProfile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
 TaskStateName = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
-JsonObject = dict[str, Any]
 
 assert set(TaskStateName.__args__) == set(TASK_STATES)  # type: ignore[attr-defined]
 

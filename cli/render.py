@@ -11,9 +11,9 @@ import msgspec
 from cyclopts import Parameter
 
 from api import wire
-from api.wire import JsonObject
 from cli.client import ApiResponse
 from ledger.redaction import redact, redact_text
+from projections.rows import JsonObject
 
 
 @Parameter(name="*")
