@@ -166,10 +166,15 @@ def cancel(task_id: str, *,
     import msgspec
 
     body = msgspec.json.encode({"reason": reason} if reason else {})
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
+    return _post_task(task_id, "cancel", body, dry_run, api, output)
+
+
+def _post_task(task_id: str, action: str, body: bytes, dry_run: bool, api: ApiOptions | None,
+               output: render.OutputOptions | None) -> int:
+    """POST an action on a task and print the task it leaves (or the dry run's plan)."""
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, action),
                                 params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(),
-                   wire.TaskDetail, render.task_summary)
+                   output or render.OutputOptions(), wire.TaskDetail, render.task_summary)
 
 
 @queue_app.command
@@ -192,20 +197,14 @@ def dispatch(
         if read is None:
             return EXIT_USAGE
         body = read
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "dispatch"),
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(),
-                   wire.TaskDetail, render.task_summary)
+    return _post_task(task_id, "dispatch", body, dry_run, api, output)
 
 
 @queue_app.command
 def refresh(task_id: str, *, dry_run: DryRun = False, api: ApiOptions | None = None,
             output: render.OutputOptions | None = None) -> int:
     """Write the run's terminal state back to the task (no-op while it still runs)."""
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "refresh"),
-                                params={"dryRun": dry_run or None}, body=b"{}"),
-                   output or render.OutputOptions(),
-                   wire.TaskDetail, render.task_summary)
+    return _post_task(task_id, "refresh", b"{}", dry_run, api, output)
 
 
 @queue_app.command
