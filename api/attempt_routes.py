@@ -130,6 +130,6 @@ async def _attempt(state: State, attempt_id: str) -> wire.Attempt:
     row = await queries.get_attempt(state.pool, attempt_id)
     if row is None:
         raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
-    found = await queries.get_task(state.pool, row["task_id"])
+    found = await queries.get_task(state.pool, row.task_id)
     queue = found[0].queue if found else ""
     return views.attempt(row, state.settings.timeout_budgets, queue)

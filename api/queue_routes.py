@@ -54,7 +54,7 @@ async def _mutate(state: State, name: str, command: TaskCommand,
     if latest is not None and latest.state == RUNNING and outcome.events:
         attempt = await queries.get_attempt(state.pool, latest.attempt_id)
         if attempt is not None:
-            await state.dispatcher.cancel_job(attempt["run_id"], attempt["runner_job_id"])
+            await state.dispatcher.cancel_job(attempt.run_id, attempt.runner_job_id)
     return await task_detail(state, command.task_id)
 
 

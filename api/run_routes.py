@@ -49,15 +49,15 @@ class RunnerJobController(Controller):
         if reserved is None:
             raise NotFound(f"run {run_id} not found", runId=run_id)
         dispatcher: Dispatcher = state.dispatcher
-        facts = await dispatcher.facts(reserved["task_id"])
+        facts = await dispatcher.facts(reserved.task_id)
         env = dict(body.transient_env or {})
         dispatcher.check_env(facts, env)
         if dry_run or body.dry_run:
-            job = await dispatcher.plan_for(facts, [], reserved["attempt_id"], env)
-            return views.plan("runner-job", reserved["task_id"], None, None, [], runId=run_id,
-                              attemptState=reserved["state"], **job)
-        if reserved["state"] == RESERVED:
-            await dispatcher.materialize(facts.task_id, reserved["attempt_id"], facts, env)
+            job = await dispatcher.plan_for(facts, [], reserved.attempt_id, env)
+            return views.plan("runner-job", reserved.task_id, None, None, [], runId=run_id,
+                              attemptState=reserved.state, **job)
+        if reserved.state == RESERVED:
+            await dispatcher.materialize(facts.task_id, reserved.attempt_id, facts, env)
         return await runner_job(state, run_id)
 
 
@@ -66,10 +66,4 @@ async def runner_job(state: State, run_id: str) -> wire.RunnerJob:
     row = await queries.get_run(state.pool, run_id)
     if row is None:
         raise NotFound(f"run {run_id} not found", runId=run_id)
-    return wire.RunnerJob(
-        run_id=row["run_id"], task_id=row["task_id"], attempt_id=row["attempt_id"],
-        attempt_state=row["attempt_state"], runner_job_id=row["runner_job_id"],
-        session_id=row["session_id"], backend_profile=row["backend_profile"],
-        driver=row["driver"], status=row["status"], exit_code=row["exit_code"],
-        failure_kind=row["failure_kind"], failure_message=row["failure_message"],
-        plan=row["job_plan"], assembly=row["assembly"], change_seq=row["high_water"])
+    return views.runner_job(row)

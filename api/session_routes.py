@@ -17,7 +17,7 @@ from litestar.params import PathParameter, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import session_wire as sw
-from api import wire
+from api import views, wire
 from api.body import decode, read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.queue_routes import Cursor, DryRunFlag
@@ -41,16 +41,6 @@ LineLimit = Annotated[int, QueryParameter(ge=1, le=1000)]
 DEFAULT_READER = "default"
 
 
-def session_path(session_id: str) -> str:
-    """Where a session lives in the API."""
-    return f"/api/v1/sessions/{session_id}"
-
-
-def _item(row: dict[str, Any]) -> dict[str, Any]:
-    fields = sw.SessionItem.__struct_fields__
-    return {name: row[name] for name in fields}
-
-
 async def session_detail(state: State, session_id: str,
                          reader_id: str = DEFAULT_READER) -> sw.SessionDetail:
     """The session from its projections and line heads, or ``not-found``."""
@@ -60,11 +50,7 @@ async def session_detail(state: State, session_id: str,
     turns = await session_queries.recent_turns(state.pool, session_id)
     output_seq = await session_lines.last_seq(state.pool, session_id, "output")
     trace_seq = await session_lines.last_seq(state.pool, session_id, "trace")
-    storage = sw.Storage(**{name: row[name] for name in sw.Storage.__struct_fields__})
-    return sw.SessionDetail(
-        **_item(row), run_id=row["run_id"], storage=storage,
-        recent_turns=[sw.Turn(**turn) for turn in turns], output_last_seq=output_seq,
-        trace_last_seq=trace_seq, reader_id=reader_id, session_path=session_path(session_id))
+    return views.session_detail(row, turns, output_seq, trace_seq, reader_id)
 
 
 def _service(state: State) -> SessionService:
@@ -84,7 +70,7 @@ async def _lines(state: State, session_id: str, channel: str, after_seq: int,
         items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at)
                for line in lines],
         next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
-        running=session["state"] == "running")
+        running=session.state == "running")
 
 
 class SessionController(Controller):
@@ -117,7 +103,7 @@ class SessionController(Controller):
         page = await session_queries.list_sessions(
             state.pool, state=session_state, reader_id=reader_id,
             backend_profile=backend_profile, cursor=cursor, limit=limit)
-        return sw.SessionList([sw.SessionItem(**_item(r)) for r in page.rows],
+        return sw.SessionList([views.session_item(r) for r in page.rows],
                               page.next_cursor, page.high_water)
 
     @get("/{session_id:str}", responses=READ_ERRORS)
@@ -214,5 +200,5 @@ class RunCommandController(Controller):
             session_id=result["sessionId"], run_id=result["runId"],
             command_id=result["commandId"], runner_job_id=result["runnerJobId"],
             thread_id=result["threadId"], resumed=result["resumed"], created=result["created"],
-            session_path=session_path(result["sessionId"]))
+            session_path=views.session_path(result["sessionId"]))
         return Response(answer, status_code=HTTP_201_CREATED if answer.created else HTTP_200_OK)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
+from projections.rows import JsonObject, SessionHead, StorageFields, TurnFields
 from runner_assembly.assembly import model
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
-TTL = Annotated[int, Meta(ge=60, le=90 * 24 * 3600)]
 ThreadId = Annotated[str, Meta(min_length=1, max_length=128,
                                pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
@@ -23,7 +23,7 @@ class RunBase(Camel, frozen=True):
     workspace_ref: model.WorkspaceRef | None = None
     resource_bundle_ref: model.ResourceBundleRef | None = None
     execution_policy: model.ExecutionPolicy | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
 
 
 class SessionCreateBody(Camel, frozen=True):
@@ -74,56 +74,19 @@ class StorageSummaryBody(Camel, frozen=True):
     storage_updated_at: datetime | None = None
 
 
-class Storage(msgspec.Struct, rename="camel"):
+class Storage(StorageFields, rename="camel", frozen=True):
     """The storage fields of SPEC 2.6, as the runner last summarised them."""
 
-    storage_kind: str
-    pvc_name: str | None
-    pvc_phase: str | None
-    storage_size_bytes: int | None
-    storage_files_count: int | None
-    storage_sha256: str | None
-    storage_updated_at: datetime | None
-    expires_at: datetime
 
-
-class Turn(msgspec.Struct, rename="camel", kw_only=True):
+class Turn(TurnFields, rename="camel", kw_only=True, frozen=True):
     """One command of a run in the session and its runner job."""
 
-    run_id: str
-    command_id: str
-    runner_job_id: str
-    task_id: str | None
-    thread_id: str | None
-    resumed: bool
-    status: str
-    failure_kind: str | None
-    exit_code: int | None
-    created_at: datetime
-    finished_at: datetime | None
 
-
-class SessionItem(msgspec.Struct, rename="camel", kw_only=True):
+class SessionItem(SessionHead, rename="camel", kw_only=True, frozen=True):
     """A session in a list."""
 
-    session_id: str
-    conversation_id: str
-    thread_id: str | None
-    backend_profile: str
-    state: str
-    unread: bool
-    storage_kind: str
-    latest_run_id: str | None
-    latest_task_id: str | None
-    turns: int
-    failure_kind: str | None
-    version: int
-    change_seq: int
-    expires_at: datetime
-    updated_at: datetime
 
-
-class SessionDetail(SessionItem, kw_only=True):
+class SessionDetail(SessionItem, kw_only=True, frozen=True):
     """A session: identity, state, storage, recent turns and where its lines end."""
 
     run_id: str | None

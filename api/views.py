@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import msgspec
 
+from api import session_wire as sw
 from api import wire
 from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from projections.attempt_summary import AttemptRow
 from projections.commander import PHASE
 from projections.queries import CommanderResult, StatsResult, TaskPage
-from projections.task_summary import SESSION_PATH, TaskSummaryRow
+from projections.rows import CommanderRow, JsonObject, RunView, SessionHead, SessionView, TurnFields
+from projections.task_summary import TaskSummaryRow
 
-_ITEM_FIELDS = tuple(f for f in wire.TaskItem.__struct_fields__ if f != "supervisor")
+SESSION_PATH = "/api/v1/sessions/{}"
 _RETRY = 'svc queue retry {task} --idempotency-key <new-key> --reason "<why>"'
 RECOVERY = {
     PENDING: "svc queue dispatch {task}", RUNNING: "svc queue refresh {task}",
@@ -21,57 +24,71 @@ RECOVERY = {
 Budgets = dict[str, str]
 
 
+def session_path(session_id: str) -> str:
+    """Where a session lives in the API."""
+    return SESSION_PATH.format(session_id)
+
+
+def _task_session_path(latest_attempt: JsonObject | None) -> str | None:
+    return session_path(latest_attempt["sessionId"]) if latest_attempt else None
+
+
 def supervisor(task_id: str, queue: str, state: str, change_seq: int,
-               attempt: dict[str, Any] | None, budgets: Budgets) -> wire.Supervisor:
+               last_attempt_id: str | None, budgets: Budgets) -> wire.Supervisor:
     """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
     recovery = RECOVERY[state].format(task=task_id)
     return wire.Supervisor(
         phase=PHASE[state], last_activity_seq=change_seq,
-        last_activity_id=attempt["attemptId"] if attempt else task_id,
+        last_activity_id=last_attempt_id or task_id,
         timeout_budget=budgets.get(queue), recovery=recovery)
 
 
-def task_detail(row: TaskSummaryRow, contract: dict[str, Any], budgets: Budgets,
-                work_ready: dict[str, Any] | None = None) -> wire.TaskDetail:
+def _attempt_id(latest_attempt: JsonObject | None) -> str | None:
+    return latest_attempt["attemptId"] if latest_attempt else None
+
+
+def task_detail(row: TaskSummaryRow, contract: JsonObject, budgets: Budgets,
+                work_ready: JsonObject | None = None) -> wire.TaskDetail:
     """The task detail of a summary row and its contract."""
-    sup = supervisor(row.task_id, row.queue, row.state, row.change_seq, row.latest_attempt,
-                     budgets)
-    return wire.TaskDetail(**msgspec.structs.asdict(row), contract=contract, supervisor=sup,
-                           work_ready=work_ready)
+    sup = supervisor(row.task_id, row.queue, row.state, row.change_seq,
+                     _attempt_id(row.latest_attempt), budgets)
+    fields = msgspec.structs.asdict(row)
+    fields["session_path"] = _task_session_path(row.latest_attempt)
+    return wire.TaskDetail(**fields, contract=contract, supervisor=sup, work_ready=work_ready)
 
 
 def task_list(page: TaskPage, budgets: Budgets) -> wire.TaskList:
     """A list page."""
     items = [
-        wire.TaskItem(**{k: row[k] for k in _ITEM_FIELDS},
-                      supervisor=supervisor(row["task_id"], row["queue"], row["state"],
-                                            row["change_seq"], row["latest_attempt"], budgets))
+        wire.TaskItem(**msgspec.structs.asdict(row),
+                      session_path=_task_session_path(row.latest_attempt),
+                      supervisor=supervisor(row.task_id, row.queue, row.state, row.change_seq,
+                                            _attempt_id(row.latest_attempt), budgets))
         for row in page.rows
     ]
     return wire.TaskList(items=items, next_cursor=page.next_cursor, change_seq=page.high_water)
 
 
-def attempt(row: dict[str, Any], budgets: Budgets, queue: str) -> wire.Attempt:
+def attempt(row: AttemptRow, budgets: Budgets, queue: str) -> wire.Attempt:
     """One attempt of the history."""
-    started, finished = row["started_at"], row["finished_at"]
+    started, finished = row.started_at, row.finished_at
     duration = (int((finished - started).total_seconds() * 1000)
                 if started is not None and finished is not None else None)
-    sup = supervisor(row["task_id"], queue, row["state"] if row["state"] != "reserved"
-                     else PENDING, row["change_seq"], {"attemptId": row["attempt_id"],
-                                                       "sessionId": row["session_id"]}, budgets)
-    if row["state"] == "reserved":
+    reserved = row.state == "reserved"
+    sup = supervisor(row.task_id, queue, PENDING if reserved else row.state, row.change_seq,
+                     row.attempt_id, budgets)
+    if reserved:
         sup = msgspec.structs.replace(
             sup, phase="reserved",
             recovery=("retry with the same --idempotency-key to resume"
-                      if row["idempotency_key"] else f"svc queue dispatch {row['task_id']}"))
-    return wire.Attempt(**row, session_path=SESSION_PATH.format(row["session_id"]),
+                      if row.idempotency_key else f"svc queue dispatch {row.task_id}"))
+    return wire.Attempt(**msgspec.structs.asdict(row), session_path=session_path(row.session_id),
                         duration_ms=duration, supervisor=sup)
 
 
 def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
     """The stats answer."""
-    rows = [wire.StatsRow(q, lane, state, profile, count)
-            for q, lane, state, profile, count in result.rows]
+    rows = [wire.StatsRow(**msgspec.structs.asdict(r)) for r in result.rows]
     return wire.QueueStats(
         queue=queue, total=sum(result.by_state.values()), by_state=result.by_state,
         by_lane=result.by_lane, by_backend_profile=result.by_profile, rows=rows,
@@ -87,22 +104,43 @@ def commander(queue: str | None, reader_id: str | None, result: CommanderResult,
                               items=items, change_seq=result.stats.high_water)
 
 
-def _commander_item(item: dict[str, Any], budgets: Budgets) -> wire.CommanderItem:
-    sup = supervisor(item["task_id"], item["queue"], item["state"], item["change_seq"],
-                     item["latest_attempt"], budgets)
+def _commander_item(item: CommanderRow, budgets: Budgets) -> wire.CommanderItem:
+    sup = supervisor(item.task_id, item.queue, item.state, item.change_seq,
+                     _attempt_id(item.latest_attempt), budgets)
     return wire.CommanderItem(
-        task_id=item["task_id"], queue=item["queue"], lane=item["lane"], title=item["title"],
-        state=item["state"], version=item["version"], unread=item["unread"],
-        session_path=item["session_path"], supervisor=sup,
+        task_id=item.task_id, queue=item.queue, lane=item.lane, title=item.title,
+        state=item.state, version=item.version, unread=item.unread,
+        session_path=_task_session_path(item.latest_attempt), supervisor=sup,
     )
 
 
-def plan(command: str, task_id: str | None, before: Any, after: Any,
-         events: list[Any], **extra: Any) -> wire.DryRun:
+def session_item(row: SessionHead) -> sw.SessionItem:
+    """A session of a list."""
+    return sw.SessionItem(**msgspec.structs.asdict(row))
+
+
+def session_detail(row: SessionView, turns: list[TurnFields], output_last_seq: int,
+                   trace_last_seq: int, reader_id: str) -> sw.SessionDetail:
+    """A session with its storage, recent turns and line heads."""
+    fields = msgspec.structs.asdict(row)
+    fields["storage"] = sw.Storage(**msgspec.structs.asdict(row.storage))
+    return sw.SessionDetail(
+        **fields, recent_turns=[sw.Turn(**msgspec.structs.asdict(t)) for t in turns],
+        output_last_seq=output_last_seq, trace_last_seq=trace_last_seq, reader_id=reader_id,
+        session_path=session_path(row.session_id))
+
+
+def runner_job(row: RunView) -> wire.RunnerJob:
+    """The runner-job view of a run."""
+    return wire.RunnerJob(**msgspec.structs.asdict(row))
+
+
+def plan(command: str, task_id: str | None, before: object, after: object,
+         events: Sequence[msgspec.Struct], **extra: object) -> wire.DryRun:
     """The dry-run answer: what the command would append, and the state it would leave."""
     from ledger.events import event_type_of
 
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "command": command,
         "taskId": task_id,
         "stateBefore": getattr(before, "state", None),

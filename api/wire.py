@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from ledger.task import TASK_STATES
+from projections.rows import CommanderHead, JsonObject, RunnerJobHead, StatsCounter, TaskHead
 from runner_assembly.assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
@@ -21,7 +22,6 @@ Reason = Annotated[str, Meta(min_length=1, max_length=1000)]
 Priority = Annotated[int, Meta(ge=0, le=100)]
 BackendProfile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
 TaskStateName = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
-JsonObject = dict[str, Any]
 
 assert set(TaskStateName.__args__) == set(TASK_STATES)  # type: ignore[attr-defined]
 
@@ -101,29 +101,16 @@ class Supervisor(msgspec.Struct, rename="camel"):
     recovery: str
 
 
-class TaskItem(msgspec.Struct, rename="camel", kw_only=True):
+class TaskItem(TaskHead, rename="camel", kw_only=True, frozen=True):
     """A task as it appears in lists."""
 
-    task_id: str
-    tenant_id: str
-    project_id: str
-    queue: str
-    lane: str
-    title: str
-    priority: int
-    state: str
-    backend_profile: str | None
-    summary: str
-    version: int
-    change_seq: int
-    latest_attempt: JsonObject | None
     session_path: str | None
     created_at: datetime
     updated_at: datetime
     supervisor: Supervisor
 
 
-class TaskDetail(TaskItem, kw_only=True):
+class TaskDetail(TaskItem, kw_only=True, frozen=True):
     """The full task detail: the list item plus the submitted contract."""
 
     payload_hash: str
@@ -168,18 +155,6 @@ class AttemptList(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class Session(msgspec.Struct, rename="camel"):
-    """The identity of a session (the full session API comes later)."""
-
-    session_id: str
-    conversation_id: str
-    thread_id: str | None
-    state: str
-    backend_profile: str
-    latest_run_id: str
-    change_seq: int
-
-
 class TaskList(msgspec.Struct, rename="camel"):
     """A page of tasks with the changeSeq high-water mark to poll from."""
 
@@ -188,14 +163,8 @@ class TaskList(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class StatsRow(msgspec.Struct, rename="camel"):
+class StatsRow(StatsCounter, rename="camel", frozen=True):
     """One counter of the queue stats."""
-
-    queue: str
-    lane: str
-    state: str
-    backend_profile: str | None
-    count: int
 
 
 class QueueStats(msgspec.Struct, rename="camel"):
@@ -211,15 +180,9 @@ class QueueStats(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class CommanderItem(msgspec.Struct, rename="camel"):
+class CommanderItem(CommanderHead, rename="camel", kw_only=True, frozen=True):
     """A task in the commander view, most urgent first."""
 
-    task_id: str
-    queue: str
-    lane: str
-    title: str
-    state: str
-    version: int
     unread: bool | None
     session_path: str | None
     supervisor: Supervisor
@@ -235,23 +198,9 @@ class CommanderView(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class RunnerJob(msgspec.Struct, rename="camel", kw_only=True):
+class RunnerJob(RunnerJobHead, rename="camel", kw_only=True, frozen=True):
     """A run's runner job: its value-free plan, status and the runner's assembly event."""
 
-    run_id: str
-    task_id: str
-    attempt_id: str
-    attempt_state: str | None
-    runner_job_id: str
-    session_id: str
-    backend_profile: str
-    driver: str | None
-    status: str
-    exit_code: int | None
-    failure_kind: str | None
-    failure_message: str | None
-    plan: JsonObject | None
-    assembly: JsonObject | None
     values_printed: bool = False
     change_seq: int
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, TypeVar, cast
 
 import httpx
 import msgspec
 from cyclopts import Parameter
 
 DEFAULT_API = "http://127.0.0.1:8080"
+T = TypeVar("T")
+Param = str | int | bool | None
 
 
 @Parameter(name="*")
@@ -26,7 +28,7 @@ class ApiResponse:
     """An API answer: status, decoded JSON and the raw text (printed unchanged by ``--raw``)."""
 
     status: int
-    data: Any
+    data: object
     text: str
 
     @property
@@ -34,12 +36,27 @@ class ApiResponse:
         """True for a 2xx answer."""
         return 200 <= self.status < 300
 
+    def decoded(self, kind: type[T]) -> T:
+        """The answer decoded into a wire type."""
+        return decoder_for(kind).decode(self.text)
+
+
+_decoders: dict[type, msgspec.json.Decoder[object]] = {}
+
+
+def decoder_for(kind: type[T]) -> msgspec.json.Decoder[T]:
+    """The one JSON decoder of a wire type, built on first use."""
+    found = _decoders.get(kind)
+    if found is None:
+        found = _decoders[kind] = msgspec.json.Decoder(kind)
+    return cast("msgspec.json.Decoder[T]", found)
+
 
 class ApiUnreachable(Exception):
     """The API did not answer."""
 
 
-def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Any] | None = None,
+def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param] | None = None,
          body: bytes | None = None) -> ApiResponse:
     """Send one request to the API; ``params`` with None values are left out."""
     query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
@@ -58,7 +75,7 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Any] 
     return ApiResponse(response.status_code, data, response.text)
 
 
-def _query_value(value: Any) -> str:
+def _query_value(value: str | int | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeVar
 
 from cyclopts import App, Parameter
 
+from api import wire
 from cli import render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
 
@@ -17,11 +18,13 @@ queue_app = App(name="queue", help="Submit, list, read and cancel queue tasks.")
 State = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
 DryRun = Annotated[bool, Parameter(help="Plan only: answer what would change, change nothing.")]
 EXIT_USAGE, EXIT_UNREACHABLE = 2, 3
+T = TypeVar("T")
 
 
 def respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
-             summary: Callable[[dict[str, Any]], None]) -> int:
-    """Send, then print the answer in the requested form; return the exit status."""
+            kind: type[T], summary: Callable[[T], None]) -> int:
+    """Send, then print the answer in the requested form (a dry run's plan, or ``summary``
+    of the answer decoded as ``kind``); return the exit status."""
     try:
         response = send()
     except ApiUnreachable as error:
@@ -34,9 +37,9 @@ def respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
     elif output.full:
         render.full(response.data)
     elif isinstance(response.data, dict) and "mutation" in response.data:
-        render.plan(response.data)
+        render.plan(response.decoded(wire.DryRun))
     else:
-        summary(response.data)
+        summary(response.decoded(kind))
     return 0
 
 
@@ -81,7 +84,8 @@ def submit(
         return EXIT_USAGE
     return respond(lambda: call(api or ApiOptions(), "POST", "/api/v1/queue/tasks",
                                 params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), render.task_summary)
+                   output or render.OutputOptions(),
+                   wire.TaskDetail, render.task_summary)
 
 
 @queue_app.command(name="list")
@@ -99,7 +103,8 @@ def list_tasks(
               "updatedAfter": updated_after}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
                                 params=params),
-                   output or render.OutputOptions(), render.task_list)
+                   output or render.OutputOptions(),
+                   wire.TaskList, render.task_list)
 
 
 @queue_app.command
@@ -107,7 +112,8 @@ def show(task_id: str, *, api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
     """Show one task: state, summary, latest attempt and session path."""
     return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id)),
-                   output or render.OutputOptions(), render.task_summary)
+                   output or render.OutputOptions(),
+                   wire.TaskDetail, render.task_summary)
 
 
 @queue_app.command
@@ -116,7 +122,8 @@ def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/la
     """Task counts by state, lane and backend profile."""
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
                                 params={"queue": queue}),
-                   render.OutputOptions(), render.stats)
+                   render.OutputOptions(),
+                   wire.QueueStats, render.stats)
 
 
 @queue_app.command
@@ -130,7 +137,8 @@ def commander(
     params = {"queue": queue, "readerId": reader_id, "limit": limit}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
                                 params=params),
-                   output or render.OutputOptions(), render.commander)
+                   output or render.OutputOptions(),
+                   wire.CommanderView, render.commander)
 
 
 @queue_app.command
@@ -145,7 +153,8 @@ def read(task_id: str, *,
     body = msgspec.json.encode({"readerId": reader_id})
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
                                 params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), render.task_summary)
+                   output or render.OutputOptions(),
+                   wire.TaskDetail, render.task_summary)
 
 
 @queue_app.command
@@ -157,9 +166,15 @@ def cancel(task_id: str, *,
     import msgspec
 
     body = msgspec.json.encode({"reason": reason} if reason else {})
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "cancel"),
+    return _post_task(task_id, "cancel", body, dry_run, api, output)
+
+
+def _post_task(task_id: str, action: str, body: bytes, dry_run: bool, api: ApiOptions | None,
+               output: render.OutputOptions | None) -> int:
+    """POST an action on a task and print the task it leaves (or the dry run's plan)."""
+    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, action),
                                 params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), render.task_summary)
+                   output or render.OutputOptions(), wire.TaskDetail, render.task_summary)
 
 
 @queue_app.command
@@ -182,18 +197,14 @@ def dispatch(
         if read is None:
             return EXIT_USAGE
         body = read
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "dispatch"),
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), render.task_summary)
+    return _post_task(task_id, "dispatch", body, dry_run, api, output)
 
 
 @queue_app.command
 def refresh(task_id: str, *, dry_run: DryRun = False, api: ApiOptions | None = None,
             output: render.OutputOptions | None = None) -> int:
     """Write the run's terminal state back to the task (no-op while it still runs)."""
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "refresh"),
-                                params={"dryRun": dry_run or None}, body=b"{}"),
-                   output or render.OutputOptions(), render.task_summary)
+    return _post_task(task_id, "refresh", b"{}", dry_run, api, output)
 
 
 @queue_app.command
@@ -206,7 +217,8 @@ def attempts(
     """The attempt history of a task, oldest first."""
     return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
                                 params={"cursor": cursor, "limit": limit}),
-                   output or render.OutputOptions(), render.attempt_list)
+                   output or render.OutputOptions(),
+                   wire.AttemptList, render.attempt_list)
 
 
 @queue_app.command
@@ -228,4 +240,5 @@ def retry(
     body = msgspec.json.encode({"idempotencyKey": idempotency_key, "reason": reason})
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "retry"),
                                 params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), render.attempt_summary)
+                   output or render.OutputOptions(),
+                   wire.Attempt, render.attempt_summary)

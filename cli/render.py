@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated
 
+import msgspec
 from cyclopts import Parameter
 
+from api import wire
 from cli.client import ApiResponse
 from ledger.redaction import redact, redact_text
+from projections.rows import JsonObject
 
 
 @Parameter(name="*")
@@ -43,7 +47,7 @@ def api_error(response: ApiResponse) -> int:
     return 1
 
 
-def full(value: Any, indent: int = 0) -> None:
+def full(value: object, indent: int = 0) -> None:
     """Every field of a JSON value, one per line, nested by indentation."""
     pad = "  " * indent
     if isinstance(value, dict):
@@ -64,7 +68,7 @@ def full(value: Any, indent: int = 0) -> None:
         out(f"{pad}{_scalar(value)}")
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -74,20 +78,25 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def task_line(task: dict[str, Any]) -> str:
+def iso(moment: datetime) -> str:
+    """A timestamp as the API wrote it."""
+    return msgspec.json.encode(moment).decode()[1:-1]
+
+
+def task_line(task: wire.TaskItem) -> str:
     """One compact line for a task."""
-    profile = task.get("backendProfile") or "-"
-    return (f"{task['taskId']}  {task['state']:<9}  v{task['version']:<3} "
-            f"{task['queue']}/{task['lane']}  {profile}  {task['title'][:60]}")
+    profile = task.backend_profile or "-"
+    return (f"{task.task_id}  {task.state:<9}  v{task.version:<3} "
+            f"{task.queue}/{task.lane}  {profile}  {task.title[:60]}")
 
 
-def supervisor_line(sup: dict[str, Any] | None) -> str:
+def supervisor_line(sup: wire.Supervisor | None) -> str:
     """The compact supervisor: phase, last activity, budget, recovery."""
     if not sup:
         return "  supervisor: -"
-    return (f"  supervisor: phase={sup['phase']} last={sup['lastActivityId']}"
-            f"@{sup['lastActivitySeq']} budget={sup.get('timeoutBudget') or '-'}"
-            f"  next: {sup['recovery']}")
+    return (f"  supervisor: phase={sup.phase} last={sup.last_activity_id}"
+            f"@{sup.last_activity_seq} budget={sup.timeout_budget or '-'}"
+            f"  next: {sup.recovery}")
 
 
 def session_id_of(path: str | None) -> str | None:
@@ -102,97 +111,98 @@ def next_session_commands(session_id: str | None) -> None:
             f" | svc sessions trace {session_id}")
 
 
-def task_summary(task: dict[str, Any]) -> None:
+def task_summary(task: wire.TaskDetail) -> None:
     """The low-noise summary of one task (SPEC 4.3 rule 8)."""
     out(task_line(task))
-    out(f"  summary: {task.get('summary', '')}")
-    out(f"  changeSeq: {task['changeSeq']}  updatedAt: {task.get('updatedAt', '-')}")
-    attempt = task.get("latestAttempt")
+    out(f"  summary: {task.summary}")
+    out(f"  changeSeq: {task.change_seq}  updatedAt: {iso(task.updated_at)}")
+    attempt = task.latest_attempt
     if attempt:
         out(f"  attempt: {attempt.get('attemptId')} #{attempt.get('retryIndex')}"
             f" {attempt.get('state')} failure={attempt.get('failureKind') or '-'}"
             f" run={attempt.get('runId')} session={attempt.get('sessionId')}")
-    session = task.get("sessionPath")
+    session = task.session_path
     out(f"  sessionPath: {session or '- (not dispatched)'}")
-    out(supervisor_line(task.get("supervisor")))
-    ready = task.get("workReady")
+    out(supervisor_line(task.supervisor))
+    ready = task.work_ready
     if ready:
         tools = ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in ready["tools"])
         out(f"  workReady: svc {ready['version']}; {tools}; valuesPrinted=false")
     next_session_commands(session_id_of(session))
 
 
-def attempt_summary(attempt: dict[str, Any]) -> None:
+def attempt_summary(attempt: wire.Attempt) -> None:
     """The low-noise summary of one attempt."""
-    out(f"{attempt['attemptId']}  #{attempt['retryIndex']}  {attempt['state']:<9}"
-        f" task={attempt['taskId']} key={attempt.get('idempotencyKey') or '-'}")
-    out(f"  run={attempt['runId']} command={attempt['commandId']}"
-        f" job={attempt['runnerJobId']}")
-    if attempt.get("failureKind") or attempt.get("failureMessage"):
-        out(f"  failure: {attempt.get('failureKind') or '-'}:"
-            f" {attempt.get('failureMessage') or ''}")
-    out(f"  sessionPath: {attempt['sessionPath']}")
-    out(supervisor_line(attempt.get("supervisor")))
-    next_session_commands(attempt.get("sessionId"))
+    out(f"{attempt.attempt_id}  #{attempt.retry_index}  {attempt.state:<9}"
+        f" task={attempt.task_id} key={attempt.idempotency_key or '-'}")
+    out(f"  run={attempt.run_id} command={attempt.command_id}"
+        f" job={attempt.runner_job_id}")
+    if attempt.failure_kind or attempt.failure_message:
+        out(f"  failure: {attempt.failure_kind or '-'}:"
+            f" {attempt.failure_message or ''}")
+    out(f"  sessionPath: {attempt.session_path}")
+    out(supervisor_line(attempt.supervisor))
+    next_session_commands(attempt.session_id)
 
 
-def attempt_list(data: dict[str, Any]) -> None:
+def _page_end(noun: str, count: int, change_seq: int, next_cursor: str | None) -> str:
+    return (f"({count} {noun}; changeSeq {change_seq}"
+            + (f"; next page: --cursor {next_cursor})" if next_cursor else ")"))
+
+
+def attempt_list(data: wire.AttemptList) -> None:
     """The attempt history, oldest first."""
-    for attempt in data["items"]:
-        duration = attempt.get("durationMs")
-        out(f"#{attempt['retryIndex']}  {attempt['attemptId']}  {attempt['state']:<9}"
-            f" failure={attempt.get('failureKind') or '-'}"
-            f" exit={attempt['exitCode'] if attempt.get('exitCode') is not None else '-'}"
+    for attempt in data.items:
+        duration = attempt.duration_ms
+        out(f"#{attempt.retry_index}  {attempt.attempt_id}  {attempt.state:<9}"
+            f" failure={attempt.failure_kind or '-'}"
+            f" exit={attempt.exit_code if attempt.exit_code is not None else '-'}"
             f" duration={f'{duration} ms' if duration is not None else '-'}"
-            f" key={attempt.get('idempotencyKey') or '-'}")
-    out(f"({len(data['items'])} attempts; changeSeq {data['changeSeq']}"
-        + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
-    if data["items"]:
-        next_session_commands(data["items"][-1].get("sessionId"))
+            f" key={attempt.idempotency_key or '-'}")
+    out(_page_end("attempts", len(data.items), data.change_seq, data.next_cursor))
+    if data.items:
+        next_session_commands(data.items[-1].session_id)
 
 
-def task_list(data: dict[str, Any]) -> None:
+def task_list(data: wire.TaskList) -> None:
     """A list page: one line per task, then the cursor and the high-water mark."""
-    for task in data["items"]:
+    for task in data.items:
         out(task_line(task))
-        out(supervisor_line(task.get("supervisor")))
-    out(f"({len(data['items'])} tasks; changeSeq {data['changeSeq']}"
-        + (f"; next page: --cursor {data['nextCursor']})" if data.get("nextCursor") else ")"))
+        out(supervisor_line(task.supervisor))
+    out(_page_end("tasks", len(data.items), data.change_seq, data.next_cursor))
     out("next: svc sessions ps (running and unread sessions)")
 
 
-def stats(data: dict[str, Any]) -> None:
+def stats(data: wire.QueueStats) -> None:
     """Counts by state, lane and profile."""
-    out(f"queue: {data.get('queue') or '(all)'}  total: {data['total']}"
-        f"  changeSeq: {data['changeSeq']}")
-    for title, key in (("state", "byState"), ("lane", "byLane"),
-                       ("profile", "byBackendProfile")):
-        counts = data.get(key) or {}
+    out(f"queue: {data.queue or '(all)'}  total: {data.total}"
+        f"  changeSeq: {data.change_seq}")
+    for title, counts in (("state", data.by_state), ("lane", data.by_lane),
+                          ("profile", data.by_backend_profile)):
         text = "  ".join(f"{name}={count}" for name, count in sorted(counts.items()))
         out(f"  by {title}: {text or '(none)'}")
-    if data.get("truncated"):
+    if data.truncated:
         out("  (counters truncated; narrow with --queue)")
 
 
-def commander(data: dict[str, Any]) -> None:
+def commander(data: wire.CommanderView) -> None:
     """The commander view: counts, then the tasks needing attention."""
-    counts = "  ".join(f"{k}={v}" for k, v in sorted((data.get("byState") or {}).items()))
-    out(f"queue: {data.get('queue') or '(all)'}  {counts or 'no tasks'}"
-        f"  changeSeq: {data['changeSeq']}")
-    for item in data["items"]:
-        sup = item["supervisor"]
-        unread = {True: "unread", False: "read", None: ""}[item.get("unread")]
-        out(f"{item['taskId']}  {item['state']:<9} {unread:<6} {item['queue']}/{item['lane']}"
-            f"  {item['title'][:50]}")
-        out(supervisor_line(sup))
-        if item.get("sessionPath"):
-            out(f"  sessionPath: {item['sessionPath']}")
-            next_session_commands(session_id_of(item["sessionPath"]))
+    counts = "  ".join(f"{k}={v}" for k, v in sorted(data.by_state.items()))
+    out(f"queue: {data.queue or '(all)'}  {counts or 'no tasks'}"
+        f"  changeSeq: {data.change_seq}")
+    for item in data.items:
+        unread = {True: "unread", False: "read", None: ""}[item.unread]
+        out(f"{item.task_id}  {item.state:<9} {unread:<6} {item.queue}/{item.lane}"
+            f"  {item.title[:50]}")
+        out(supervisor_line(item.supervisor))
+        if item.session_path:
+            out(f"  sessionPath: {item.session_path}")
+            next_session_commands(session_id_of(item.session_path))
 
 
-def plan(data: dict[str, Any]) -> None:
+def plan(data: wire.DryRun) -> None:
     """A dry-run plan."""
-    body = data["plan"]
+    body = data.plan
     out(f"dry run: {body['command']} (nothing changed)")
     out(f"  state: {body.get('stateBefore') or '-'} -> {body.get('stateAfter') or '-'}"
         f"  version: {body.get('versionBefore') or '-'} -> {body.get('versionAfter') or '-'}")
@@ -208,7 +218,7 @@ def plan(data: dict[str, Any]) -> None:
         out(f"  assembly would fail: {failure['failureKind']}: {failure['failureMessage']}")
 
 
-def runner_job_plan(plan: dict[str, Any]) -> None:
+def runner_job_plan(plan: JsonObject) -> None:
     """A runner job plan: names, keys, paths and hashes (it holds no value)."""
     image = plan["image"]
     out(f"  runner job: {plan['jobName']} ({plan['driver']}, namespace {plan['namespace']})")
@@ -233,16 +243,16 @@ def runner_job_plan(plan: dict[str, Any]) -> None:
     out(f"  valuesPrinted: {str(plan['valuesPrinted']).lower()}")
 
 
-def runner_job(job: dict[str, Any]) -> None:
+def runner_job(job: wire.RunnerJob) -> None:
     """A run's runner job: state, failure, plan and the assembly event in brief."""
-    out(f"run {job['runId']}  job {job['runnerJobId']}  {job['status']}"
-        f"  attempt {job['attemptId']} {job.get('attemptState') or '-'}"
-        f"  failure={job.get('failureKind') or '-'}")
-    if job.get("failureMessage"):
-        out(f"  failureMessage: {job['failureMessage']}")
-    if job.get("plan"):
-        runner_job_plan(job["plan"])
-    event = job.get("assembly")
+    out(f"run {job.run_id}  job {job.runner_job_id}  {job.status}"
+        f"  attempt {job.attempt_id} {job.attempt_state or '-'}"
+        f"  failure={job.failure_kind or '-'}")
+    if job.failure_message:
+        out(f"  failureMessage: {job.failure_message}")
+    if job.plan:
+        runner_job_plan(job.plan)
+    event = job.assembly
     if event:
         repo = event.get("repository") or {}
         out(f"  assembled: commit={repo.get('materializedCommit') or '-'}"

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from cyclopts import App, Parameter
 
+from api import wire
 from cli import render
 from cli.client import ApiOptions, call
 from cli.queue_cmd import EXIT_USAGE, read_json_input, respond
@@ -30,7 +31,8 @@ def _post(run_id: str, json_stdin: bool, json_file: Path | None, dry_run: bool,
         return EXIT_USAGE
     return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id),
                                 params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), render.runner_job)
+                   output or render.OutputOptions(),
+                   wire.RunnerJob, render.runner_job)
 
 
 @runs_app.command
@@ -39,7 +41,8 @@ def show(run_id: str, *, api: ApiOptions | None = None,
     """The run's runner job: plan (secret names and keys, env names, mounts), status,
     failure and the assembly event (commit, prompts, skills, tools)."""
     return respond(lambda: call(api or ApiOptions(), "GET", _path(run_id)),
-                   output or render.OutputOptions(), render.runner_job)
+                   output or render.OutputOptions(),
+                   wire.RunnerJob, render.runner_job)
 
 
 @runs_app.command

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import quote
 
+import msgspec
 from cyclopts import App, Parameter
 
+from api import session_wire as sw
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
 from cli.queue_cmd import EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
@@ -50,7 +52,8 @@ def ps(*, state: StateFilter = "default", profile: ProfileName | None = None,
     params = {"state": state, "backendProfile": _profile(profile), "readerId": reader_id,
               "cursor": cursor, "limit": limit}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/sessions", params=params),
-                   output or render.OutputOptions(), session_render.session_list)
+                   output or render.OutputOptions(),
+                   sw.SessionList, session_render.session_list)
 
 
 @sessions_app.command
@@ -59,7 +62,8 @@ def show(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None =
     """One session: thread, state, storage summary, recent turns, line counts."""
     return respond(lambda: call(api or ApiOptions(), "GET", _path(session_id),
                                 params={"readerId": reader_id}),
-                   output or render.OutputOptions(), session_render.session_detail)
+                   output or render.OutputOptions(),
+                   sw.SessionDetail, session_render.session_detail)
 
 
 def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, every: bool,
@@ -68,7 +72,8 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
     if not every:
         return respond(lambda: call(options, "GET", _path(session_id, channel),
                                     params={"afterSeq": after_seq, "limit": limit}),
-                       output or render.OutputOptions(), session_render.line_page)
+                       output or render.OutputOptions(),
+                       sw.LinePage, session_render.line_page)
     while True:
         try:
             response = call(options, "GET", _path(session_id, channel),
@@ -78,13 +83,13 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
             return EXIT_UNREACHABLE
         if not response.ok:
             return render.api_error(response)
-        page = response.data
-        for item in page["items"]:
-            render.out(item["line"])
-        if not page["items"] or page["nextAfterSeq"] >= page["lastSeq"]:
-            session_render.line_page({**page, "items": []})
+        page = response.decoded(sw.LinePage)
+        for item in page.items:
+            render.out(item.line)
+        if not page.items or page.next_after_seq >= page.last_seq:
+            session_render.line_page(msgspec.structs.replace(page, items=[]))
             return 0
-        after_seq = page["nextAfterSeq"]
+        after_seq = page.next_after_seq
 
 
 @sessions_app.command
@@ -114,7 +119,8 @@ def read(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None =
     body = json.dumps({"readerId": reader_id}).encode()
     return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "read"),
                                 body=body),
-                   output or render.OutputOptions(), session_render.session_detail)
+                   output or render.OutputOptions(),
+                   sw.SessionDetail, session_render.session_detail)
 
 
 @sessions_app.command
@@ -126,7 +132,8 @@ def cancel(session_id: str, *,
                       else {"action": "cancel"}).encode()
     return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "control"),
                                 body=body),
-                   output or render.OutputOptions(), session_render.session_detail)
+                   output or render.OutputOptions(),
+                   sw.SessionDetail, session_render.session_detail)
 
 
 def _prompt(prompt_stdin: bool, prompt_file: Path | None, prompt: str | None) -> str | None:
@@ -146,8 +153,8 @@ def _prompt(prompt_stdin: bool, prompt_file: Path | None, prompt: str | None) ->
     return prompt
 
 
-def _checked(response: ApiResponse) -> dict[str, Any] | int:
-    return response.data if response.ok else render.api_error(response)
+def _checked(response: ApiResponse) -> sw.SessionDetail | int:
+    return response.decoded(sw.SessionDetail) if response.ok else render.api_error(response)
 
 
 @sessions_app.command
@@ -200,17 +207,18 @@ def send(
             session = _checked(call(options, "GET", _path(session_id)))
         if isinstance(session, int):
             return session
-        if wanted and wanted != session["backendProfile"]:
-            render.error("invalid-transition", f"session {session['sessionId']} belongs to "
-                         f"{session['backendProfile']}; a profile switch never reuses another "
+        if wanted and wanted != session.backend_profile:
+            render.error("invalid-transition", f"session {session.session_id} belongs to "
+                         f"{session.backend_profile}; a profile switch never reuses another "
                          "profile's session (send without SESSION_ID to start a new one)")
             return EXIT_USAGE
-        run_id = str(session.get("latestRunId") or session.get("runId"))
+        run_id = str(session.latest_run_id or session.run_id)
         command = json.dumps({"payload": {"prompt": text}}).encode()
         return respond(lambda: call(options, "POST",
                                     f"/api/v1/runs/{quote(run_id, safe='')}/commands",
                                     body=command),
-                       output or render.OutputOptions(), session_render.command_result)
+                       output or render.OutputOptions(),
+                       sw.CommandResult, session_render.command_result)
     except ApiUnreachable as error:
         render.error("infra-failed", str(error))
         return EXIT_UNREACHABLE

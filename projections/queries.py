@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import Generic, TypeVar
 
 import asyncpg
 import msgspec
@@ -13,13 +15,61 @@ import msgspec
 from ledger.database import Queryable
 from ledger.errors import InvalidRequest
 from ledger.sqlfile import load_queries
+from projections.attempt_summary import AttemptRow
+from projections.rows import (
+    CommanderRow,
+    JsonObject,
+    ReservedRun,
+    RunView,
+    StatsCounter,
+    TaskItemRow,
+)
 from projections.store import row_from_record
 from projections.task_summary import TaskSummaryRow
 
 SQL = load_queries("projections", "queries.sql")
 MAX_SEQ = 2**63 - 1
 STATS_ROW_LIMIT = 500
-_object_decoder = msgspec.json.Decoder(dict[str, Any])
+_object_decoder = msgspec.json.Decoder(JsonObject)
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+class RowDecoder(Generic[R]):
+    """Records of one query shape into one Struct type; JSON text columns decoded first."""
+
+    def __init__(self, kind: type[R], json_columns: tuple[str, ...] = (),
+                 nested: tuple[str, ...] = ()) -> None:
+        self.kind = kind
+        self.json_columns = json_columns
+        self.nested = nested
+
+    def one(self, record: Mapping[str, object]) -> R:
+        """Decode one record (columns the Struct lacks are ignored; a nested Struct field
+        takes its fields from the same record)."""
+        values = SimpleNamespace(**record)
+        for name in self.json_columns:
+            text = getattr(values, name)
+            setattr(values, name,
+                    _object_decoder.decode(text) if isinstance(text, str) and text else None)
+        for name in self.nested:
+            setattr(values, name, values)
+        return msgspec.convert(values, self.kind, from_attributes=True)
+
+    def many(self, records: Iterable[Mapping[str, object]]) -> list[R]:
+        """Decode every record."""
+        return [self.one(record) for record in records]
+
+    def maybe(self, record: Mapping[str, object] | None) -> R | None:
+        """Decode a record, or None for no record."""
+        return None if record is None else self.one(record)
+
+
+_TASK_ITEMS = RowDecoder(TaskItemRow, ("latest_attempt",))
+_COMMANDER = RowDecoder(CommanderRow, ("latest_attempt",))
+_COUNTERS = RowDecoder(StatsCounter)
+_ATTEMPTS = RowDecoder(AttemptRow)
+_RUNS = RowDecoder(RunView, ("plan", "assembly"))
+_RESERVED = RowDecoder(ReservedRun)
 
 
 @dataclass(frozen=True)
@@ -42,7 +92,7 @@ class QueueFilter:
 class TaskPage:
     """Rows of one list page, the cursor to the next one and the high-water mark."""
 
-    rows: list[dict[str, Any]]
+    rows: list[TaskItemRow]
     next_cursor: str | None
     high_water: int
 
@@ -65,14 +115,6 @@ def decode_cursor(cursor: str) -> tuple[str, int]:
     return direction, value
 
 
-def _task_item(record: asyncpg.Record) -> dict[str, Any]:
-    item = dict(record)
-    item.pop("high_water", None)
-    attempt = item.get("latest_attempt")
-    item["latest_attempt"] = _object_decoder.decode(attempt) if attempt else None
-    return item
-
-
 async def list_tasks(
     pool: asyncpg.Pool, *, queue: str | None, state: str | None, cursor: str | None,
     limit: int, updated_after: int | None,
@@ -87,18 +129,18 @@ async def list_tasks(
         direction, after = "d", MAX_SEQ
     query = SQL["list_tasks_asc" if direction == "a" else "list_tasks_desc"]
     records = await pool.fetch(query, where.queue, where.lane, state, after, limit + 1)
-    high_water = records[0]["high_water"]
-    rows = [_task_item(r) for r in records if r["task_id"] is not None]
+    high_water: int = records[0]["high_water"]
+    rows = _TASK_ITEMS.many(r for r in records if r["task_id"] is not None)
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = encode_cursor(direction, rows[-1]["change_seq"])
+        next_cursor = encode_cursor(direction, rows[-1].change_seq)
     return TaskPage(rows, next_cursor, high_water)
 
 
 async def get_task(
     pool: Queryable, task_id: str
-) -> tuple[TaskSummaryRow, dict[str, Any]] | None:
+) -> tuple[TaskSummaryRow, JsonObject] | None:
     """The summary row and submitted contract of one task, or None."""
     record = await pool.fetchrow(SQL["get_task"], task_id)
     if record is None:
@@ -116,7 +158,7 @@ async def high_water(pool: Queryable) -> int:
 class StatsResult:
     """Counter rows of the stats, their folds, and the high-water mark."""
 
-    rows: list[tuple[str, str, str, str | None, int]]
+    rows: list[StatsCounter]
     by_state: dict[str, int]
     by_lane: dict[str, int]
     by_profile: dict[str, int]
@@ -128,20 +170,17 @@ async def stats(pool: Queryable, queue: str | None) -> StatsResult:
     """Queue stats read from the incrementally maintained counters (no scan of tasks)."""
     where = QueueFilter.parse(queue)
     records = await pool.fetch(SQL["stats"], where.queue, where.lane, STATS_ROW_LIMIT + 1)
-    high = records[0]["high_water"]
-    rows = [
-        (r["queue"], r["lane"], r["state"], r["backend_profile"] or None, r["task_count"])
-        for r in records if r["queue"] is not None
-    ]
+    high: int = records[0]["high_water"]
+    rows = _COUNTERS.many(r for r in records if r["queue"] is not None)
     truncated = len(rows) > STATS_ROW_LIMIT
     rows = rows[:STATS_ROW_LIMIT]
     by_state: Counter[str] = Counter()
     by_lane: Counter[str] = Counter()
     by_profile: Counter[str] = Counter()
-    for q, lane, state, profile, count in rows:
-        by_state[state] += count
-        by_lane[f"{q}/{lane}"] += count
-        by_profile[profile or "none"] += count
+    for row in rows:
+        by_state[row.state] += row.count
+        by_lane[f"{row.queue}/{row.lane}"] += row.count
+        by_profile[row.backend_profile or "none"] += row.count
     return StatsResult(rows, dict(by_state), dict(by_lane), dict(by_profile), truncated, high)
 
 
@@ -149,7 +188,7 @@ async def stats(pool: Queryable, queue: str | None) -> StatsResult:
 class CommanderResult:
     """The commander view's items, its counts and the high-water mark."""
 
-    items: list[dict[str, Any]]
+    items: list[CommanderRow]
     stats: StatsResult
 
 
@@ -163,22 +202,14 @@ async def commander(
         counts = await stats(conn, queue)
         records = await conn.fetch(SQL["commander_items"], where.queue, where.lane,
                                    reader_id, limit)
-    items = []
-    for record in records:
-        item = dict(record)
-        attempt = item["latest_attempt"]
-        item["latest_attempt"] = _object_decoder.decode(attempt) if attempt else None
-        read_version = item.pop("read_version")
-        item["unread"] = None if reader_id is None else (read_version or 0) < item["version"]
-        items.append(item)
-    return CommanderResult(items, counts)
+    return CommanderResult(_COMMANDER.many(records), counts)
 
 
 @dataclass(frozen=True)
 class AttemptPage:
     """Attempts of one page (oldest first), the next retry-index cursor, the high-water mark."""
 
-    rows: list[dict[str, Any]]
+    rows: list[AttemptRow]
     next_cursor: str | None
     high_water: int
 
@@ -187,39 +218,24 @@ async def list_attempts(pool: Queryable, task_id: str, *, cursor: int,
                         limit: int) -> AttemptPage:
     """The attempt history of a task from retry index ``cursor`` on."""
     records = await pool.fetch(SQL["list_attempts"], task_id, cursor, limit + 1)
-    rows = [{k: v for k, v in r.items() if k != "high_water"}
-            for r in records if r["attempt_id"] is not None]
+    rows = _ATTEMPTS.many(r for r in records if r["attempt_id"] is not None)
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = str(rows[-1]["retry_index"] + 1)
+        next_cursor = str(rows[-1].retry_index + 1)
     return AttemptPage(rows, next_cursor, records[0]["high_water"])
 
 
-async def get_attempt(pool: Queryable, attempt_id: str) -> dict[str, Any] | None:
+async def get_attempt(pool: Queryable, attempt_id: str) -> AttemptRow | None:
     """One attempt row."""
-    record = await pool.fetchrow(SQL["get_attempt"], attempt_id)
-    return dict(record) if record is not None else None
+    return _ATTEMPTS.maybe(await pool.fetchrow(SQL["get_attempt"], attempt_id))
 
 
-async def get_session(pool: Queryable, session_id: str) -> dict[str, Any] | None:
-    """A session's identity from its latest run."""
-    record = await pool.fetchrow(SQL["get_session"], session_id)
-    return dict(record) if record is not None else None
-
-
-async def get_run(pool: Queryable, run_id: str) -> dict[str, Any] | None:
+async def get_run(pool: Queryable, run_id: str) -> RunView | None:
     """A run's record with its job plan, assembly event and attempt state."""
-    record = await pool.fetchrow(SQL["get_run"], run_id)
-    if record is None:
-        return None
-    row = dict(record)
-    for name in ("job_plan", "assembly"):
-        row[name] = msgspec.json.decode(row[name]) if row[name] else None
-    return row
+    return _RUNS.maybe(await pool.fetchrow(SQL["get_run"], run_id))
 
 
-async def get_reserved_run(pool: Queryable, run_id: str) -> dict[str, Any] | None:
+async def get_reserved_run(pool: Queryable, run_id: str) -> ReservedRun | None:
     """The attempt a run id was reserved for (the run itself may not exist yet)."""
-    record = await pool.fetchrow(SQL["get_reserved_run"], run_id)
-    return dict(record) if record is not None else None
+    return _RESERVED.maybe(await pool.fetchrow(SQL["get_reserved_run"], run_id))

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
-from projections.queries import MAX_SEQ, decode_cursor, encode_cursor
+from projections.queries import MAX_SEQ, RowDecoder, decode_cursor, encode_cursor
+from projections.rows import SessionHead, SessionView, TurnFields
 
 SQL = load_queries("projections", "session_queries.sql")
 RECENT_TURNS = 10
+
+_ITEMS = RowDecoder(SessionHead)
+_DETAILS = RowDecoder(SessionView, nested=("storage",))
+_TURNS = RowDecoder(TurnFields)
 
 
 @dataclass(frozen=True)
 class SessionPage:
     """Rows of one session list page, the next cursor and the high-water mark."""
 
-    rows: list[dict[str, Any]]
+    rows: list[SessionHead]
     next_cursor: str | None
     high_water: int
 
@@ -26,21 +30,21 @@ async def list_sessions(db: Queryable, *, state: str, reader_id: str,
                         backend_profile: str | None, cursor: str | None,
                         limit: int) -> SessionPage:
     """Sessions matching the filter, newest change first."""
-    high_water = await db.fetchval(SQL["high_water"])
+    high_water: int = await db.fetchval(SQL["high_water"])
     before = decode_cursor(cursor)[1] if cursor else MAX_SEQ
-    rows = [dict(r) for r in await db.fetch(SQL["list_sessions"], reader_id, before,
-                                            backend_profile, state, limit + 1)]
-    next_cursor = encode_cursor("d", rows[limit - 1]["change_seq"]) if len(rows) > limit \
+    rows = _ITEMS.many(await db.fetch(SQL["list_sessions"], reader_id, before,
+                                      backend_profile, state, limit + 1))
+    next_cursor = encode_cursor("d", rows[limit - 1].change_seq) if len(rows) > limit \
         else None
     return SessionPage(rows[:limit], next_cursor, high_water)
 
 
-async def get_session(db: Queryable, session_id: str, reader_id: str) -> dict[str, Any] | None:
+async def get_session(db: Queryable, session_id: str,
+                      reader_id: str) -> SessionView | None:
     """One session's row with ``unread`` for the reader."""
-    row = await db.fetchrow(SQL["get_session"], session_id, reader_id)
-    return dict(row) if row is not None else None
+    return _DETAILS.maybe(await db.fetchrow(SQL["get_session"], session_id, reader_id))
 
 
-async def recent_turns(db: Queryable, session_id: str) -> list[dict[str, Any]]:
+async def recent_turns(db: Queryable, session_id: str) -> list[TurnFields]:
     """The session's newest turns."""
-    return [dict(r) for r in await db.fetch(SQL["recent_turns"], session_id, RECENT_TURNS)]
+    return _TURNS.many(await db.fetch(SQL["recent_turns"], session_id, RECENT_TURNS))

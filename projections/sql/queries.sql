@@ -6,8 +6,8 @@ SELECT h.last_seq AS high_water, t.*
 FROM ledger_head h
 LEFT JOIN LATERAL (
     SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
-           summary, version, change_seq, latest_attempt::text AS latest_attempt, session_path,
-           created_at, updated_at
+           summary, version, change_seq, latest_attempt::text AS latest_attempt, created_at,
+           updated_at
     FROM task_summary
     WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
       AND ($3::text IS NULL OR state = $3) AND change_seq < $4
@@ -21,8 +21,8 @@ SELECT h.last_seq AS high_water, t.*
 FROM ledger_head h
 LEFT JOIN LATERAL (
     SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
-           summary, version, change_seq, latest_attempt::text AS latest_attempt, session_path,
-           created_at, updated_at
+           summary, version, change_seq, latest_attempt::text AS latest_attempt, created_at,
+           updated_at
     FROM task_summary
     WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
       AND ($3::text IS NULL OR state = $3) AND change_seq > $4
@@ -42,7 +42,8 @@ FROM task_summary JOIN task_contract c USING (task_id) WHERE task_id = $1
 SELECT last_seq FROM ledger_head WHERE id = 1
 
 -- name: stats
-SELECT h.last_seq AS high_water, s.queue, s.lane, s.state, s.backend_profile, s.task_count
+SELECT h.last_seq AS high_water, s.queue, s.lane, s.state,
+       nullif(s.backend_profile, '') AS backend_profile, s.task_count AS count
 FROM ledger_head h
 LEFT JOIN LATERAL (
     SELECT queue, lane, state, backend_profile, task_count
@@ -55,8 +56,10 @@ LEFT JOIN LATERAL (
 WHERE h.id = 1
 
 -- name: commander_items
-SELECT c.task_id, t.queue, t.lane, t.title, t.state, t.version, t.session_path, c.change_seq,
-       t.latest_attempt::text AS latest_attempt, rc.version AS read_version
+SELECT c.task_id, t.queue, t.lane, t.title, t.state, t.version, c.change_seq,
+       t.latest_attempt::text AS latest_attempt,
+       CASE WHEN $3::text IS NULL THEN NULL ELSE coalesce(rc.version, 0) < t.version END
+       AS unread
 FROM commander_view c
 JOIN task_summary t ON t.task_id = c.task_id
 LEFT JOIN read_cursor rc ON rc.task_id = c.task_id AND rc.reader_id = $3
@@ -85,20 +88,10 @@ SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason, previou
        failure_message, exit_code, change_seq, created_at, started_at, finished_at, updated_at
 FROM attempt_summary WHERE attempt_id = $1
 
--- name: get_session
-SELECT h.last_seq AS high_water, r.session_id, r.conversation_id, r.backend_profile,
-       r.status, r.run_id
-FROM ledger_head h
-JOIN LATERAL (
-    SELECT session_id, conversation_id, backend_profile, status, run_id
-    FROM run_record WHERE session_id = $1 ORDER BY change_seq DESC LIMIT 1
-) r ON true
-WHERE h.id = 1
-
 -- name: get_run
-SELECT h.last_seq AS high_water, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
+SELECT h.last_seq AS change_seq, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
        r.session_id, r.backend_profile, r.status, r.failure_kind, r.failure_message,
-       r.exit_code, r.driver, r.job_plan::text AS job_plan, r.assembly::text AS assembly,
+       r.exit_code, r.driver, r.job_plan::text AS plan, r.assembly::text AS assembly,
        a.state AS attempt_state
 FROM ledger_head h
 JOIN run_record r ON r.run_id = $1

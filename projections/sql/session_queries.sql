@@ -19,7 +19,11 @@ ORDER BY s.change_seq DESC
 LIMIT $5
 
 -- name: get_session
-SELECT s.*, s.version > coalesce(c.version, 0) AS unread
+SELECT s.session_id, s.conversation_id, s.thread_id, s.backend_profile, s.state,
+       s.version > coalesce(c.version, 0) AS unread, s.storage_kind, s.latest_run_id,
+       s.latest_task_id, s.turns, s.failure_kind, s.version, s.change_seq, s.expires_at,
+       s.updated_at, s.run_id, s.pvc_name, s.pvc_phase, s.storage_size_bytes,
+       s.storage_files_count, s.storage_sha256, s.storage_updated_at
 FROM session_summary s
 LEFT JOIN session_read_cursor c ON c.session_id = s.session_id AND c.reader_id = $2
 WHERE s.session_id = $1

@@ -1,9 +1,7 @@
 -- Queries of the session layer's manager side.
 
 -- name: session_row
-SELECT session_id, conversation_id, backend_profile, state, thread_id, storage_kind, pvc_name,
-       expires_at, ttl_seconds, run_id, latest_run_id
-FROM session_summary WHERE session_id = $1
+SELECT * FROM session_summary WHERE session_id = $1
 
 -- name: active_turns
 SELECT runner_job_id, run_id, task_id, status FROM session_turn

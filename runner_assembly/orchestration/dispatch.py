@@ -24,7 +24,6 @@ from ledger.events import AttemptReserved
 from ledger.ids import new_id
 from ledger.redaction import redact_text
 from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
-from ledger.sqlfile import load_queries
 from ledger.task import (
     RESERVED,
     RUNNING,
@@ -39,6 +38,8 @@ from ledger.task import (
     used_key,
 )
 from ledger.writer import LedgerWriter, Outcome
+from projections import orchestration_queries as oq
+from projections.orchestration_queries import AttemptIdentity, JobIdentity
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
@@ -56,7 +57,6 @@ from runner_assembly.drivers.protocol import (
 from runner_assembly.orchestration.session_turns import SessionTurns, choose_thread
 from runner_assembly.settings import RunnerSettings
 
-SQL = load_queries("projections", "dispatch.sql")
 log = logging.getLogger(__name__)
 MAX_FAILURE_MESSAGE = 500
 ACTOR = "dispatcher"
@@ -110,11 +110,11 @@ class Dispatcher:
 
     async def facts(self, task_id: str) -> TaskFacts:
         """What materialisation needs to know about a task, from its projections."""
-        record = await self.pool.fetchrow(SQL["task_facts"], task_id)
+        record = await oq.task_facts(self.pool, task_id)
         if record is None:
             raise NotFound(f"task {task_id} not found", taskId=task_id)
-        contract = msgspec.json.decode(record["contract"])
-        return TaskFacts(task_id, record["backend_profile"] or self.settings.default_profile,
+        contract = record.contract
+        return TaskFacts(task_id, record.backend_profile or self.settings.default_profile,
                          contract["payload"]["prompt"], contract.get("resourceBundleRef"),
                          contract.get("sessionRef"), contract)
 
@@ -177,7 +177,7 @@ class Dispatcher:
     async def session_thread(self, facts: TaskFacts, session_id: str) -> str | None:
         """The thread a turn of this task in ``session_id`` would resume."""
         row = await self.sessions.row(session_id) if facts.persistent_session else None
-        return facts.thread(row["thread_id"] if row else None)
+        return facts.thread(row.thread_id if row else None)
 
     def job_plan(self, facts: TaskFacts, ids: Ids, transient_env: dict[str, str],
                  thread_id: str | None = None) -> RunnerJobPlan:
@@ -194,11 +194,11 @@ class Dispatcher:
             if isinstance(event, AttemptReserved):
                 return Ids(task_id=task_id, attempt_id=event.attempt_id, run_id=event.run_id,
                            command_id=event.command_id, runner_job_id=event.runner_job_id)
-        row = await self.pool.fetchrow(SQL["attempt_row"], attempt_id) if attempt_id else None
+        row = await oq.attempt_identity(self.pool, attempt_id) if attempt_id else None
         if attempt_id is None or row is None:
             return None
-        return Ids(task_id=task_id, attempt_id=attempt_id, run_id=row["run_id"],
-                   command_id=row["command_id"], runner_job_id=row["runner_job_id"])
+        return Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,
+                   command_id=row.command_id, runner_job_id=row.runner_job_id)
 
     def check_env(self, facts: TaskFacts, transient_env: dict[str, str]) -> None:
         """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
@@ -238,37 +238,34 @@ class Dispatcher:
     async def _take_capacity(self, conn: DbConnection) -> bool:
         """Compare-and-swap one slot of the namespace's capacity, reclaiming finished jobs."""
         namespace = self.settings.namespace
-        await conn.execute(SQL["ensure_capacity"], namespace, self.settings.retention_capacity)
+        await oq.ensure_capacity(conn, namespace, self.settings.retention_capacity)
         for _ in range(2):
-            taken = await conn.fetchval(SQL["take_capacity"], namespace)
-            if taken is not None:
+            if await oq.take_capacity(conn, namespace):
                 return True
-            seen = await conn.fetchval(SQL["capacity_seen"], namespace)
-            live = await conn.fetchval(SQL["running_jobs"])
-            await conn.execute(SQL["reclaim_capacity"], namespace, live, seen)
+            await oq.reclaim_capacity(conn, namespace)
         return False
 
     async def materialize(self, task_id: str, attempt_id: str, facts: TaskFacts | None = None,
                           transient_env: dict[str, str] | None = None) -> None:
         """Create the attempt's run and runner job (or adopt them); record the outcome."""
         facts = facts or await self.facts(task_id)
-        row = await self.pool.fetchrow(SQL["attempt_row"], attempt_id)
+        row = await oq.attempt_identity(self.pool, attempt_id)
         if row is None:
             raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
-        async with self.fence(row["run_id"], attempt_id) as conn:
-            state = await self.pool.fetchval(SQL["attempt_state"], attempt_id)
+        async with self.fence(row.run_id, attempt_id) as conn:
+            state = await oq.attempt_state(self.pool, attempt_id)
             if state != RESERVED:
                 return  # another caller finished it while we waited at the fence
             await self._create_run(task_id, attempt_id, row, facts)
-            ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row["run_id"],
-                      command_id=row["command_id"], runner_job_id=row["runner_job_id"])
-            session_id = row["session_id"]
+            ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,
+                      command_id=row.command_id, runner_job_id=row.runner_job_id)
+            session_id = row.session_id
             async with self.sessions.lock(session_id, conn):
                 try:
                     session = await self.sessions.open(
-                        session_id, self._conversation(facts, row), row["backend_profile"],
+                        session_id, self._conversation(facts, session_id), row.backend_profile,
                         persistent=facts.persistent_session)
-                    thread = facts.thread(session["thread_id"])
+                    thread = facts.thread(session.thread_id)
                     plan = self.job_plan(facts, ids, transient_env or {}, thread)
                 except (AssemblyFailure, DomainError) as failure:
                     kind, message = _failure_of(failure)
@@ -289,28 +286,28 @@ class Dispatcher:
                     await self._fail(task_id, attempt_id, error.kind, error.message)
                     return
                 await self.writer.execute(RecordRunnerJob(
-                    row["run_id"], handle.driver, handle.handle, msgspec.to_builtins(plan)),
+                    row.run_id, handle.driver, handle.handle, msgspec.to_builtins(plan)),
                     ACTOR)
                 await self.sessions.record_turn(
-                    session_id, run_id=row["run_id"], command_id=row["command_id"],
-                    handle=handle, runner_job_id=row["runner_job_id"], thread_id=thread,
+                    session_id, run_id=row.run_id, command_id=row.command_id,
+                    handle=handle, runner_job_id=row.runner_job_id, thread_id=thread,
                     task_id=task_id, prompt=facts.prompt)
             outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
         attempt = outcome.state.attempt(attempt_id)
         if attempt is not None and attempt.state == CANCELLED:
-            await self.cancel_job(row["run_id"], row["runner_job_id"])
+            await self.cancel_job(row.run_id, row.runner_job_id)
 
-    def job_spec(self, facts: TaskFacts, row: Any, plan: RunnerJobPlan,
+    def job_spec(self, facts: TaskFacts, row: JobIdentity, plan: RunnerJobPlan,
                   transient_env: dict[str, str], thread_id: str | None) -> JobSpec:
         """What the driver gets: the plan plus the per-job secret's values."""
         defaults = self.settings.defaults
         job_secret = {**{name: defaults.extSshEndpoints[name]
                          for name in plan.endpoint_defaults}, **transient_env}
         return JobSpec(
-            runner_job_id=row["runner_job_id"], run_id=row["run_id"], task_id=facts.task_id,
-            attempt_id=plan.ids.attempt_id, session_id=row["session_id"],
-            backend_profile=row["backend_profile"],
-            backend_command=self.settings.backend_commands[row["backend_profile"]],
+            runner_job_id=row.runner_job_id, run_id=row.run_id, task_id=facts.task_id,
+            attempt_id=plan.ids.attempt_id, session_id=row.session_id,
+            backend_profile=row.backend_profile,
+            backend_command=self.settings.backend_commands[row.backend_profile],
             prompt=facts.prompt, plan=msgspec.to_builtins(plan),
             secret_root=str(self.settings.secrets_dir),
             prompt_caps={"perPrompt": defaults.promptMaxBytes,
@@ -320,20 +317,20 @@ class Dispatcher:
             job_secret=job_secret)
 
     @staticmethod
-    def _conversation(facts: TaskFacts, row: asyncpg.Record) -> str:
+    def _conversation(facts: TaskFacts, session_id: str) -> str:
         session_ref = facts.session_ref if isinstance(facts.session_ref, dict) else {}
         conversation = session_ref.get("conversationId")
         return conversation if isinstance(conversation, str) \
-            else "cnv_" + str(row["session_id"]).removeprefix("ses_")
+            else "cnv_" + session_id.removeprefix("ses_")
 
-    async def _create_run(self, task_id: str, attempt_id: str, row: asyncpg.Record,
+    async def _create_run(self, task_id: str, attempt_id: str, row: AttemptIdentity,
                           facts: TaskFacts) -> None:
         prompt = facts.prompt.encode()
         await self.writer.execute(CreateRun(
-            run_id=row["run_id"], task_id=task_id, attempt_id=attempt_id,
-            command_id=row["command_id"], runner_job_id=row["runner_job_id"],
-            session_id=row["session_id"], conversation_id=self._conversation(facts, row),
-            backend_profile=row["backend_profile"],
+            run_id=row.run_id, task_id=task_id, attempt_id=attempt_id,
+            command_id=row.command_id, runner_job_id=row.runner_job_id,
+            session_id=row.session_id, conversation_id=self._conversation(facts, row.session_id),
+            backend_profile=row.backend_profile,
             resource_bundle_ref=facts.resource_bundle_ref,
             prompt_sha256=hashlib.sha256(prompt).hexdigest(), prompt_bytes=len(prompt),
         ), ACTOR)
@@ -344,23 +341,23 @@ class Dispatcher:
 
     async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
         """Write the core terminal state of the latest attempt back; None when nothing to do."""
-        row = await self.pool.fetchrow(SQL["latest_attempt_of_task"], task_id)
-        if row is None or row["state"] != RUNNING:
+        row = await oq.latest_attempt(self.pool, task_id)
+        if row is None or row.state != RUNNING:
             return None
-        status = await self.driver.status(row["runner_job_id"])
+        status = await self.driver.status(row.runner_job_id)
         if not status.terminal:
             return None
         outcome = status.state if status.state != CANCELLED else "failed"
         kind = status.failure_kind or ("runner-cancelled" if status.state == CANCELLED else None)
         message = bounded(status.failure_message) if status.failure_message else None
-        finish = FinishAttempt(task_id, row["attempt_id"], outcome, kind, message,
+        finish = FinishAttempt(task_id, row.attempt_id, outcome, kind, message,
                                status.exit_code)
         if dry_run:
             return await self.writer.plan(finish)
         if status.assembly is not None:
-            await self.writer.execute(RecordAssembly(row["run_id"], status.assembly), ACTOR)
-        await self.sessions.finish(row["session_id"], row["runner_job_id"], status)
-        await self.writer.execute(FinishRun(row["run_id"], status.state, status.exit_code,
+            await self.writer.execute(RecordAssembly(row.run_id, status.assembly), ACTOR)
+        await self.sessions.finish(row.session_id, row.runner_job_id, status)
+        await self.writer.execute(FinishRun(row.run_id, status.state, status.exit_code,
                                             kind, message), ACTOR)
         return await self.writer.execute(finish, ACTOR)
 
@@ -368,7 +365,7 @@ class Dispatcher:
         """Stop a runner job and record the run (and its session turn) as cancelled."""
         await self.driver.cancel(runner_job_id)
         await self.writer.execute(FinishRun(run_id, CANCELLED), ACTOR)
-        session_id = await self.pool.fetchval(SQL["session_of_job"], runner_job_id)
+        session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:
             await self.sessions.finish(session_id, runner_job_id, JobStatus(CANCELLED))
 

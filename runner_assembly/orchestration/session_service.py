@@ -20,14 +20,14 @@ from ledger.ids import new_id
 from ledger.redaction import redact
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
-from ledger.sqlfile import load_queries
+from projections import orchestration_queries as oq
+from projections.orchestration_queries import JobIdentity, RunBase
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids
 from runner_assembly.drivers.protocol import CANCELLED, DriverError, JobStatus
 from runner_assembly.orchestration.dispatch import Dispatcher, TaskFacts
 from runner_assembly.orchestration.session_turns import ACTOR
 
-SQL = load_queries("projections", "session_turns.sql")
 log = logging.getLogger(__name__)
 SYNC_BATCH = 100
 
@@ -72,7 +72,7 @@ class SessionService:
         session_id = request.session_id or new_id("ses")
         existing = await self.turns.row(session_id)
         if existing is not None:
-            await self.turns.open(session_id, existing["conversation_id"],
+            await self.turns.open(session_id, existing.conversation_id,
                                   request.backend_profile, persistent=True)
             return session_id
         conversation = request.conversation_id or "cnv_" + session_id.removeprefix("ses_")
@@ -87,49 +87,49 @@ class SessionService:
                               persistent=True, run_id=run_id)
         return session_id
 
-    async def _facts(self, run: Any, command: NewCommand) -> TaskFacts:
+    async def _facts(self, run: RunBase, command: NewCommand) -> TaskFacts:
         """The contract a command of ``run`` executes with: its task's, or the run base."""
         payload: dict[str, Any] = {"prompt": command.prompt}
         if command.thread_id:
             payload["threadId"] = command.thread_id
-        if run["task_id"]:
-            task = await self.dispatcher.facts(run["task_id"])
+        if run.task_id:
+            task = await self.dispatcher.facts(run.task_id)
             contract = {**task.contract, "payload": payload}
-            return TaskFacts(task.task_id, run["backend_profile"], command.prompt,
+            return TaskFacts(task.task_id, run.backend_profile, command.prompt,
                              task.resource_bundle_ref, task.session_ref, contract)
-        base = msgspec.json.decode(run["base"]) if run["base"] else {}
-        ref = {"sessionId": run["session_id"], "conversationId": run["conversation_id"]}
+        base = run.base or {}
+        ref = {"sessionId": run.session_id, "conversationId": run.conversation_id}
         contract = {**base, "payload": payload, "sessionRef": ref}
-        return TaskFacts("", run["backend_profile"], command.prompt,
+        return TaskFacts("", run.backend_profile, command.prompt,
                          base.get("resourceBundleRef"), ref, contract)
 
     async def add_command(self, command: NewCommand, *, dry_run: bool) -> dict[str, Any]:
         """Start a turn in the run's session (or find the one ``commandId`` started)."""
-        run = await self.pool.fetchrow(SQL["run_row"], command.run_id)
+        run = await oq.run_base(self.pool, command.run_id)
         if run is None:
             raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
-        session_id = run["session_id"]
+        session_id = run.session_id
         if command.command_id:
-            found = await self.pool.fetchrow(SQL["turn_by_command"], command.command_id)
+            found = await oq.turn_by_command(self.pool, command.command_id)
             if found is not None:
-                if found["run_id"] != command.run_id:
+                if found.run_id != command.run_id:
                     raise InvalidTransition("commandId already names a command of another "
                                             "run", commandId=command.command_id)
                 return {"sessionId": session_id, "runId": command.run_id,
-                        "commandId": found["command_id"],
-                        "runnerJobId": found["runner_job_id"], "threadId": found["thread_id"],
-                        "resumed": found["thread_id"] is not None, "created": False}
+                        "commandId": found.command_id,
+                        "runnerJobId": found.runner_job_id, "threadId": found.thread_id,
+                        "resumed": found.thread_id is not None, "created": False}
         facts = await self._facts(run, command)
         self.dispatcher.check_env(facts, command.transient_env)
         async with self.dispatcher.fence_pool.acquire() as conn, \
                 self.turns.lock(session_id, conn):
-            session = await self.turns.check_usable(session_id, run["backend_profile"])
+            session = await self.turns.check_usable(session_id, run.backend_profile)
             if session is None:
                 raise NotFound(f"session {session_id} not found", sessionId=session_id)
-            thread = facts.thread(session["thread_id"]) if session["storage_kind"] == "volume" \
+            thread = facts.thread(session.thread_id) if session.storage_kind == "volume" \
                 else None
             command_id = command.command_id or new_id("cmd")
-            ids = Ids(task_id=run["task_id"], attempt_id=run["attempt_id"],
+            ids = Ids(task_id=run.task_id, attempt_id=run.attempt_id,
                       run_id=command.run_id, command_id=command_id,
                       runner_job_id=job_id_for(command.run_id, command_id))
             try:
@@ -141,12 +141,12 @@ class SessionService:
                     "resumed": thread is not None}
             if dry_run:
                 return {**view, "runnerJob": msgspec.to_builtins(plan), "valuesPrinted": False}
-            row = {"runner_job_id": ids.runner_job_id, "run_id": command.run_id,
-                   "session_id": session_id, "backend_profile": run["backend_profile"]}
+            row = JobIdentity(runner_job_id=ids.runner_job_id, run_id=command.run_id,
+                              session_id=session_id, backend_profile=run.backend_profile)
             spec = self.dispatcher.job_spec(facts, row, plan, command.transient_env, thread)
-            if session["storage_kind"] == "volume":
+            if session.storage_kind == "volume":
                 await self.driver.ensure_volume(self.turns.volume(session_id,
-                                                                  run["conversation_id"]))
+                                                                  run.conversation_id))
             try:
                 handle = await self.driver.create(spec)
             except DriverError as error:
@@ -154,13 +154,13 @@ class SessionService:
             await self.turns.record_turn(session_id, run_id=command.run_id,
                                          command_id=command_id, handle=handle,
                                          runner_job_id=ids.runner_job_id, thread_id=thread,
-                                         task_id=run["task_id"] or None, prompt=command.prompt)
+                                         task_id=run.task_id or None, prompt=command.prompt)
         return {**view, "created": True}
 
     async def sync(self, session_id: str) -> None:
         """Take in the output and trace of the session's running turns; finish ended ones."""
-        for turn in await self.pool.fetch(SQL["active_turns"], session_id):
-            job = turn["runner_job_id"]
+        for turn in await oq.active_turns(self.pool, session_id):
+            job = turn.runner_job_id
             status = await self.driver.status(job)
             if status.terminal:
                 await self.turns.finish(session_id, job, status)
@@ -169,18 +169,18 @@ class SessionService:
 
     async def sync_running(self) -> None:
         """Follow every running session once (the background loop)."""
-        for row in await self.pool.fetch(SQL["running_sessions"], SYNC_BATCH):
+        for session_id in await oq.running_sessions(self.pool, SYNC_BATCH):
             try:
-                await self.sync(row["session_id"])
+                await self.sync(session_id)
             except Exception:  # one broken session must not stop the others
-                log.exception("following session %s failed", row["session_id"])
+                log.exception("following session %s failed", session_id)
 
     async def cancel(self, session_id: str, reason: str | None) -> None:
         """Cancel the session's running turn: stop its runner job, record the end."""
         await self.writer.execute(CancelSession(session_id, reason), ACTOR)
-        for turn in await self.pool.fetch(SQL["active_turns"], session_id):
-            await self.driver.cancel(turn["runner_job_id"])
-            await self.turns.finish(session_id, turn["runner_job_id"], JobStatus(
+        for turn in await oq.active_turns(self.pool, session_id):
+            await self.driver.cancel(turn.runner_job_id)
+            await self.turns.finish(session_id, turn.runner_job_id, JobStatus(
                 CANCELLED, failure_kind="runner-cancelled",
                 failure_message="cancelled through session control"))
 
@@ -193,13 +193,12 @@ class SessionService:
         row = await self.turns.row(session_id)
         if row is None:
             raise NotFound(f"session {session_id} not found", sessionId=session_id)
-        if row["storage_kind"] != "volume":
+        if row.storage_kind != "volume":
             raise InvalidTransition(f"session {session_id} has no volume "
-                                    f"(storage {row['storage_kind']})", sessionId=session_id)
+                                    f"(storage {row.storage_kind})", sessionId=session_id)
         if summary is None:
-            latest = await self.pool.fetchrow(SQL["latest_turn"], session_id)
-            summary = await self.driver.storage_summary(latest["runner_job_id"]) \
-                if latest else None
+            latest = await oq.latest_turn_job(self.pool, session_id)
+            summary = await self.driver.storage_summary(latest) if latest else None
             if summary is None:
                 raise InvalidTransition("no runner has written a volume summary for this "
                                         "session yet", sessionId=session_id)
@@ -209,15 +208,15 @@ class SessionService:
         """Remove the volumes of expired sessions with no turn running; mark them evicted."""
         evicted = []
         moment = now or datetime.now(UTC)
-        for row in await self.pool.fetch(SQL["expired_sessions"], moment, SYNC_BATCH):
-            session_id = row["session_id"]
+        for row in await oq.expired_sessions(self.pool, moment, SYNC_BATCH):
+            session_id = row.session_id
             async with self.turns.lock(session_id):
                 try:
                     await self.writer.plan(EvictSession(session_id, "expired"))
                 except InvalidTransition:
                     continue  # a turn started meanwhile
                 await self.driver.delete_volume(self.turns.volume(session_id,
-                                                                  row["conversation_id"]))
+                                                                  row.conversation_id))
                 await self.writer.execute(EvictSession(session_id, "expired"), ACTOR)
             evicted.append(session_id)
         return evicted

@@ -31,14 +31,13 @@ from ledger.session import (
     StartTurn,
     profile_mismatch,
 )
-from ledger.sqlfile import load_queries
 from ledger.writer import LedgerWriter
-from projections.session_summary import expires_after
+from projections import orchestration_queries as oq
+from projections.session_summary import SessionRow, expires_after
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.drivers.protocol import JobHandle, JobStatus, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 
-SQL = load_queries("projections", "session_turns.sql")
 ACTOR = "session-layer"
 
 
@@ -79,9 +78,9 @@ class SessionTurns:
         async with advisory_lock(conn, f"session/{session_id}"):
             yield
 
-    async def row(self, session_id: str) -> asyncpg.Record | None:
+    async def row(self, session_id: str) -> SessionRow | None:
         """The session's summary row, if it exists."""
-        return await self.pool.fetchrow(SQL["session_row"], session_id)
+        return await oq.session_state(self.pool, session_id)
 
     def volume(self, session_id: str, conversation_id: str) -> dict[str, Any]:
         """The session volume as a plan shows it (``sessionVolume``)."""
@@ -90,23 +89,23 @@ class SessionTurns:
         assert volume is not None
         return dict(msgspec.to_builtins(volume))
 
-    async def check_usable(self, session_id: str, profile: str) -> asyncpg.Record | None:
+    async def check_usable(self, session_id: str, profile: str) -> SessionRow | None:
         """Refuse a session of another profile, an evicted one, or one with a turn running."""
         row = await self.row(session_id)
         if row is None:
             return None
-        if row["backend_profile"] != profile:
-            raise profile_mismatch(session_id, row["backend_profile"], profile)
-        if row["storage_kind"] == EVICTED:
+        if row.backend_profile != profile:
+            raise profile_mismatch(session_id, row.backend_profile, profile)
+        if row.storage_kind == EVICTED:
             raise SessionStoreEvicted(f"session {session_id} was evicted: its volume is gone",
                                       sessionId=session_id)
-        if await self.pool.fetch(SQL["active_turns"], session_id):
+        if await oq.active_turns(self.pool, session_id):
             raise InvalidTransition("the session already has a turn in progress (a session "
                                     "volume has a single writer)", sessionId=session_id)
         return row
 
     async def open(self, session_id: str, conversation_id: str, profile: str, *,
-                   persistent: bool, run_id: str | None = None) -> asyncpg.Record:
+                   persistent: bool, run_id: str | None = None) -> SessionRow:
         """Create the session (and its volume) or find it; the volume exists afterwards."""
         ttl = self.settings.session_ttl_s
         volume = self.volume(session_id, conversation_id) if persistent else None
@@ -118,8 +117,8 @@ class SessionTurns:
             ACTOR)
         row = await self.row(session_id)
         assert row is not None
-        if row["storage_kind"] == VOLUME:
-            await self.driver.ensure_volume(self.volume(session_id, row["conversation_id"]))
+        if row.storage_kind == VOLUME:
+            await self.driver.ensure_volume(self.volume(session_id, row.conversation_id))
         return row
 
     async def record_turn(self, session_id: str, *, run_id: str, command_id: str,
@@ -127,7 +126,7 @@ class SessionTurns:
                           task_id: str | None, prompt: str) -> None:
         """Record the turn (reserved, then started) once its runner job exists."""
         row = await self.row(session_id)
-        ttl = row["ttl_seconds"] if row else self.settings.session_ttl_s
+        ttl = row.ttl_seconds if row else self.settings.session_ttl_s
         encoded = prompt.encode()
         await self.writer.execute(ReserveTurn(session_id, TurnFacts(
             run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
