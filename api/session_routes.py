@@ -24,6 +24,7 @@ from api.queue_routes import Cursor, DryRunFlag
 from ledger import session_lines
 from ledger.errors import InvalidRequest, NotFound
 from ledger.session import CancelSession, MarkSessionRead
+from ledger.states import SessionStatus
 from projections import session_queries
 from runner_assembly.orchestration.session_service import NewCommand, NewSession, SessionService
 
@@ -84,7 +85,7 @@ async def _lines(state: State, session_id: str, channel: str, after_seq: int,
         items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at)
                for line in lines],
         next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
-        running=session["state"] == "running")
+        running=session["state"] == SessionStatus.RUNNING)
 
 
 class SessionController(Controller):

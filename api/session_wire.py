@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
+from ledger.states import SessionStatus, StorageKind, TurnStatus
 from runner_assembly.assembly import model
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
@@ -77,7 +78,7 @@ class StorageSummaryBody(Camel, frozen=True):
 class Storage(msgspec.Struct, rename="camel"):
     """The storage fields of SPEC 2.6, as the runner last summarised them."""
 
-    storage_kind: str
+    storage_kind: StorageKind
     pvc_name: str | None
     pvc_phase: str | None
     storage_size_bytes: int | None
@@ -96,7 +97,7 @@ class Turn(msgspec.Struct, rename="camel", kw_only=True):
     task_id: str | None
     thread_id: str | None
     resumed: bool
-    status: str
+    status: TurnStatus
     failure_kind: str | None
     exit_code: int | None
     created_at: datetime
@@ -110,9 +111,9 @@ class SessionItem(msgspec.Struct, rename="camel", kw_only=True):
     conversation_id: str
     thread_id: str | None
     backend_profile: str
-    state: str
+    state: SessionStatus
     unread: bool
-    storage_kind: str
+    storage_kind: StorageKind
     latest_run_id: str | None
     latest_task_id: str | None
     turns: int

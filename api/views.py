@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from api import wire
-from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from ledger.states import AttemptStatus, TaskStatus
 from projections.commander import PHASE
 from projections.queries import CommanderResult, StatsResult, TaskPage
 from projections.task_summary import SESSION_PATH, TaskSummaryRow
@@ -15,13 +15,14 @@ from projections.task_summary import SESSION_PATH, TaskSummaryRow
 _ITEM_FIELDS = tuple(f for f in wire.TaskItem.__struct_fields__ if f != "supervisor")
 _RETRY = 'svc queue retry {task} --idempotency-key <new-key> --reason "<why>"'
 RECOVERY = {
-    PENDING: "svc queue dispatch {task}", RUNNING: "svc queue refresh {task}",
-    FAILED: _RETRY, BLOCKED: _RETRY, COMPLETED: "none", CANCELLED: "none",
+    TaskStatus.PENDING: "svc queue dispatch {task}",
+    TaskStatus.RUNNING: "svc queue refresh {task}", TaskStatus.FAILED: _RETRY,
+    TaskStatus.BLOCKED: _RETRY, TaskStatus.COMPLETED: "none", TaskStatus.CANCELLED: "none",
 }
 Budgets = dict[str, str]
 
 
-def supervisor(task_id: str, queue: str, state: str, change_seq: int,
+def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
                attempt: dict[str, Any] | None, budgets: Budgets) -> wire.Supervisor:
     """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
     recovery = RECOVERY[state].format(task=task_id)
@@ -56,10 +57,12 @@ def attempt(row: dict[str, Any], budgets: Budgets, queue: str) -> wire.Attempt:
     started, finished = row["started_at"], row["finished_at"]
     duration = (int((finished - started).total_seconds() * 1000)
                 if started is not None and finished is not None else None)
-    sup = supervisor(row["task_id"], queue, row["state"] if row["state"] != "reserved"
-                     else PENDING, row["change_seq"], {"attemptId": row["attempt_id"],
-                                                       "sessionId": row["session_id"]}, budgets)
-    if row["state"] == "reserved":
+    reserved = row["state"] == AttemptStatus.RESERVED
+    sup = supervisor(row["task_id"], queue,
+                     TaskStatus.PENDING if reserved else TaskStatus(row["state"]),
+                     row["change_seq"], {"attemptId": row["attempt_id"],
+                                         "sessionId": row["session_id"]}, budgets)
+    if reserved:
         sup = msgspec.structs.replace(
             sup, phase="reserved",
             recovery=("retry with the same --idempotency-key to resume"
@@ -70,7 +73,7 @@ def attempt(row: dict[str, Any], budgets: Budgets, queue: str) -> wire.Attempt:
 
 def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
     """The stats answer."""
-    rows = [wire.StatsRow(q, lane, state, profile, count)
+    rows = [wire.StatsRow(q, lane, TaskStatus(state), profile, count)
             for q, lane, state, profile, count in result.rows]
     return wire.QueueStats(
         queue=queue, total=sum(result.by_state.values()), by_state=result.by_state,

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.task import TASK_STATES
+from ledger.states import AttemptStatus, RunStatus, TaskStatus
 from runner_assembly.assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
@@ -20,10 +20,7 @@ Prompt = Annotated[str, Meta(min_length=1, max_length=65536)]
 Reason = Annotated[str, Meta(min_length=1, max_length=1000)]
 Priority = Annotated[int, Meta(ge=0, le=100)]
 BackendProfile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
-TaskStateName = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
 JsonObject = dict[str, Any]
-
-assert set(TaskStateName.__args__) == set(TASK_STATES)  # type: ignore[attr-defined]
 
 
 class Camel(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
@@ -111,7 +108,7 @@ class TaskItem(msgspec.Struct, rename="camel", kw_only=True):
     lane: str
     title: str
     priority: int
-    state: str
+    state: TaskStatus
     backend_profile: str | None
     summary: str
     version: int
@@ -138,7 +135,7 @@ class Attempt(msgspec.Struct, rename="camel", kw_only=True):
     attempt_id: str
     task_id: str
     retry_index: int
-    state: str
+    state: AttemptStatus
     idempotency_key: str | None
     reason: str | None
     previous_attempt_id: str | None
@@ -193,7 +190,7 @@ class StatsRow(msgspec.Struct, rename="camel"):
 
     queue: str
     lane: str
-    state: str
+    state: TaskStatus
     backend_profile: str | None
     count: int
 
@@ -218,7 +215,7 @@ class CommanderItem(msgspec.Struct, rename="camel"):
     queue: str
     lane: str
     title: str
-    state: str
+    state: TaskStatus
     version: int
     unread: bool | None
     session_path: str | None
@@ -241,12 +238,12 @@ class RunnerJob(msgspec.Struct, rename="camel", kw_only=True):
     run_id: str
     task_id: str
     attempt_id: str
-    attempt_state: str | None
+    attempt_state: AttemptStatus | None
     runner_job_id: str
     session_id: str
     backend_profile: str
     driver: str | None
-    status: str
+    status: RunStatus
     exit_code: int | None
     failure_kind: str | None
     failure_message: str | None

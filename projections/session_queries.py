@@ -7,10 +7,20 @@ from typing import Any
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
+from ledger.states import TERMINAL_SESSIONS, SessionStatus
 from projections.queries import MAX_SEQ, decode_cursor, encode_cursor
 
 SQL = load_queries("projections", "session_queries.sql")
 RECENT_TURNS = 10
+FILTERS: dict[str, tuple[frozenset[SessionStatus], bool]] = {
+    "all": (frozenset(SessionStatus), False),
+    "running": (frozenset({SessionStatus.RUNNING}), False),
+    "unread": (frozenset(), True),
+    "terminal": (TERMINAL_SESSIONS, False),
+    "idle": (frozenset({SessionStatus.IDLE}), False),
+    "default": (frozenset({SessionStatus.RUNNING}), True),
+}
+"""A list filter: the session states it selects, and whether it also selects unread ones."""
 
 
 @dataclass(frozen=True)
@@ -28,8 +38,10 @@ async def list_sessions(db: Queryable, *, state: str, reader_id: str,
     """Sessions matching the filter, newest change first."""
     high_water = await db.fetchval(SQL["high_water"])
     before = decode_cursor(cursor)[1] if cursor else MAX_SEQ
+    states, unread = FILTERS.get(state, FILTERS["default"])
     rows = [dict(r) for r in await db.fetch(SQL["list_sessions"], reader_id, before,
-                                            backend_profile, state, limit + 1)]
+                                            backend_profile, sorted(states), limit + 1,
+                                            unread)]
     next_cursor = encode_cursor("d", rows[limit - 1]["change_seq"]) if len(rows) > limit \
         else None
     return SessionPage(rows[:limit], next_cursor, high_water)

@@ -21,9 +21,10 @@ from ledger.redaction import redact
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
 from ledger.sqlfile import load_queries
+from ledger.states import ACTIVE_TURNS, FailureKind, JobState, SessionStatus, StorageKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids
-from runner_assembly.drivers.protocol import CANCELLED, DriverError, JobStatus
+from runner_assembly.drivers.protocol import DriverError, JobStatus
 from runner_assembly.orchestration.dispatch import Dispatcher, TaskFacts
 from runner_assembly.orchestration.session_turns import ACTOR
 
@@ -126,8 +127,8 @@ class SessionService:
             session = await self.turns.check_usable(session_id, run["backend_profile"])
             if session is None:
                 raise NotFound(f"session {session_id} not found", sessionId=session_id)
-            thread = facts.thread(session["thread_id"]) if session["storage_kind"] == "volume" \
-                else None
+            volume = session["storage_kind"] == StorageKind.VOLUME
+            thread = facts.thread(session["thread_id"]) if volume else None
             command_id = command.command_id or new_id("cmd")
             ids = Ids(task_id=run["task_id"], attempt_id=run["attempt_id"],
                       run_id=command.run_id, command_id=command_id,
@@ -144,7 +145,7 @@ class SessionService:
             row = {"runner_job_id": ids.runner_job_id, "run_id": command.run_id,
                    "session_id": session_id, "backend_profile": run["backend_profile"]}
             spec = self.dispatcher.job_spec(facts, row, plan, command.transient_env, thread)
-            if session["storage_kind"] == "volume":
+            if session["storage_kind"] == StorageKind.VOLUME:
                 await self.driver.ensure_volume(self.turns.volume(session_id,
                                                                   run["conversation_id"]))
             try:
@@ -159,7 +160,8 @@ class SessionService:
 
     async def sync(self, session_id: str) -> None:
         """Take in the output and trace of the session's running turns; finish ended ones."""
-        for turn in await self.pool.fetch(SQL["active_turns"], session_id):
+        for turn in await self.pool.fetch(SQL["active_turns"], session_id,
+                                          sorted(ACTIVE_TURNS)):
             job = turn["runner_job_id"]
             status = await self.driver.status(job)
             if status.terminal:
@@ -169,7 +171,8 @@ class SessionService:
 
     async def sync_running(self) -> None:
         """Follow every running session once (the background loop)."""
-        for row in await self.pool.fetch(SQL["running_sessions"], SYNC_BATCH):
+        for row in await self.pool.fetch(SQL["running_sessions"], SYNC_BATCH,
+                                         SessionStatus.RUNNING):
             try:
                 await self.sync(row["session_id"])
             except Exception:  # one broken session must not stop the others
@@ -178,10 +181,11 @@ class SessionService:
     async def cancel(self, session_id: str, reason: str | None) -> None:
         """Cancel the session's running turn: stop its runner job, record the end."""
         await self.writer.execute(CancelSession(session_id, reason), ACTOR)
-        for turn in await self.pool.fetch(SQL["active_turns"], session_id):
+        for turn in await self.pool.fetch(SQL["active_turns"], session_id,
+                                          sorted(ACTIVE_TURNS)):
             await self.driver.cancel(turn["runner_job_id"])
             await self.turns.finish(session_id, turn["runner_job_id"], JobStatus(
-                CANCELLED, failure_kind="runner-cancelled",
+                JobState.CANCELLED, failure_kind=FailureKind.RUNNER_CANCELLED,
                 failure_message="cancelled through session control"))
 
     async def read(self, session_id: str, reader_id: str) -> None:
@@ -193,7 +197,7 @@ class SessionService:
         row = await self.turns.row(session_id)
         if row is None:
             raise NotFound(f"session {session_id} not found", sessionId=session_id)
-        if row["storage_kind"] != "volume":
+        if row["storage_kind"] != StorageKind.VOLUME:
             raise InvalidTransition(f"session {session_id} has no volume "
                                     f"(storage {row['storage_kind']})", sessionId=session_id)
         if summary is None:
@@ -209,7 +213,8 @@ class SessionService:
         """Remove the volumes of expired sessions with no turn running; mark them evicted."""
         evicted = []
         moment = now or datetime.now(UTC)
-        for row in await self.pool.fetch(SQL["expired_sessions"], moment, SYNC_BATCH):
+        for row in await self.pool.fetch(SQL["expired_sessions"], moment, SYNC_BATCH,
+                                         StorageKind.VOLUME, SessionStatus.RUNNING):
             session_id = row["session_id"]
             async with self.turns.lock(session_id):
                 try:
