@@ -75,6 +75,17 @@ class TurnStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class SessionFilter(StrEnum):
+    """Which sessions a session list shows (``default``: the running and the unread ones)."""
+
+    DEFAULT = "default"
+    RUNNING = "running"
+    UNREAD = "unread"
+    TERMINAL = "terminal"
+    IDLE = "idle"
+    ALL = "all"
+
+
 class StorageKind(StrEnum):
     """A session's storage: a volume, none, or a volume that was removed."""
 

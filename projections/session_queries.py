@@ -7,18 +7,18 @@ from typing import Any
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
-from ledger.states import TERMINAL_SESSIONS, SessionStatus
+from ledger.states import TERMINAL_SESSIONS, SessionFilter, SessionStatus
 from projections.queries import MAX_SEQ, decode_cursor, encode_cursor
 
 SQL = load_queries("projections", "session_queries.sql")
 RECENT_TURNS = 10
-FILTERS: dict[str, tuple[frozenset[SessionStatus], bool]] = {
-    "all": (frozenset(SessionStatus), False),
-    "running": (frozenset({SessionStatus.RUNNING}), False),
-    "unread": (frozenset(), True),
-    "terminal": (TERMINAL_SESSIONS, False),
-    "idle": (frozenset({SessionStatus.IDLE}), False),
-    "default": (frozenset({SessionStatus.RUNNING}), True),
+FILTERS: dict[SessionFilter, tuple[frozenset[SessionStatus], bool]] = {
+    SessionFilter.ALL: (frozenset(SessionStatus), False),
+    SessionFilter.RUNNING: (frozenset({SessionStatus.RUNNING}), False),
+    SessionFilter.UNREAD: (frozenset(), True),
+    SessionFilter.TERMINAL: (TERMINAL_SESSIONS, False),
+    SessionFilter.IDLE: (frozenset({SessionStatus.IDLE}), False),
+    SessionFilter.DEFAULT: (frozenset({SessionStatus.RUNNING}), True),
 }
 """A list filter: the session states it selects, and whether it also selects unread ones."""
 
@@ -32,13 +32,13 @@ class SessionPage:
     high_water: int
 
 
-async def list_sessions(db: Queryable, *, state: str, reader_id: str,
+async def list_sessions(db: Queryable, *, state: SessionFilter, reader_id: str,
                         backend_profile: str | None, cursor: str | None,
                         limit: int) -> SessionPage:
     """Sessions matching the filter, newest change first."""
     high_water = await db.fetchval(SQL["high_water"])
     before = decode_cursor(cursor)[1] if cursor else MAX_SEQ
-    states, unread = FILTERS.get(state, FILTERS["default"])
+    states, unread = FILTERS[state]
     rows = [dict(r) for r in await db.fetch(SQL["list_sessions"], reader_id, before,
                                             backend_profile, sorted(states), limit + 1,
                                             unread)]
