@@ -16,7 +16,8 @@ from api.errors import READ_ERRORS, WRITE_ERRORS
 from ledger import intake
 from ledger.errors import NotFound
 from ledger.redaction import redact_text
-from ledger.task import RUNNING, CancelTask, MarkTaskRead, TaskCommand
+from ledger.states import AttemptStatus, TaskStatus
+from ledger.task import CancelTask, MarkTaskRead, TaskCommand
 from ledger.writer import LedgerWriter
 from projections import queries
 from runner_assembly.assembly import model as assembly
@@ -51,7 +52,7 @@ async def _mutate(state: State, name: str, command: TaskCommand,
         return views.plan(name, command.task_id, outcome.before, outcome.state, outcome.events)
     outcome = await writer.execute(command, ACTOR)
     latest = outcome.before.latest if isinstance(command, CancelTask) else None
-    if latest is not None and latest.state == RUNNING and outcome.events:
+    if latest is not None and latest.state == AttemptStatus.RUNNING and outcome.events:
         attempt = await queries.get_attempt(state.pool, latest.attempt_id)
         if attempt is not None:
             await state.dispatcher.cancel_job(attempt.run_id, attempt.runner_job_id)
@@ -85,7 +86,7 @@ class QueueController(Controller):
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(
         self, state: State, queue: QueueQuery = None,
-        task_state: Annotated[wire.TaskStateName | None, QueryParameter(name="state")] = None,
+        task_state: Annotated[TaskStatus | None, QueryParameter(name="state")] = None,
         cursor: Cursor = None, limit: Limit = 50,
         updated_after: Annotated[int | None, QueryParameter(
             name="updatedAfter", ge=0, le=queries.MAX_SEQ)] = None,

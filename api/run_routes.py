@@ -21,7 +21,7 @@ from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.queue_routes import DryRunFlag
 from ledger.errors import NotFound
-from ledger.task import RESERVED
+from ledger.states import AttemptStatus
 from projections import queries
 from runner_assembly.orchestration.dispatch import Dispatcher
 
@@ -56,7 +56,7 @@ class RunnerJobController(Controller):
             job = await dispatcher.plan_for(facts, [], reserved.attempt_id, env)
             return views.plan("runner-job", reserved.task_id, None, None, [], runId=run_id,
                               attemptState=reserved.state, **job)
-        if reserved.state == RESERVED:
+        if reserved.state == AttemptStatus.RESERVED:
             await dispatcher.materialize(facts.task_id, reserved.attempt_id, facts, env)
         return await runner_job(state, run_id)
 

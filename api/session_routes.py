@@ -24,6 +24,7 @@ from api.queue_routes import Cursor, DryRunFlag
 from ledger import session_lines
 from ledger.errors import InvalidRequest, NotFound
 from ledger.session import CancelSession, MarkSessionRead
+from ledger.states import SessionFilter, SessionStatus
 from projections import session_queries
 from runner_assembly.orchestration.session_service import NewCommand, NewSession, SessionService
 
@@ -34,7 +35,7 @@ Reader = Annotated[str, QueryParameter(name="readerId", min_length=1, max_length
                                        pattern=wire.IDENTIFIER_PATTERN)]
 ProfileQuery = Annotated[str | None, QueryParameter(
     name="backendProfile", pattern=r"^profile-[1-4]$")]
-StateQuery = Annotated[sw.SessionFilter, QueryParameter(name="state")]
+StateQuery = Annotated[SessionFilter, QueryParameter(name="state")]
 SessionLimit = Annotated[int, QueryParameter(ge=1, le=500)]
 AfterSeq = Annotated[int, QueryParameter(name="afterSeq", ge=0, le=2**62)]
 LineLimit = Annotated[int, QueryParameter(ge=1, le=1000)]
@@ -70,7 +71,7 @@ async def _lines(state: State, session_id: str, channel: str, after_seq: int,
         items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at)
                for line in lines],
         next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
-        running=session.state == "running")
+        running=session.state == SessionStatus.RUNNING)
 
 
 class SessionController(Controller):
@@ -96,7 +97,7 @@ class SessionController(Controller):
         return Response(await session_detail(state, session_id), status_code=HTTP_201_CREATED)
 
     @get("/", responses=READ_ERRORS)
-    async def index(self, state: State, session_state: StateQuery = "default",
+    async def index(self, state: State, session_state: StateQuery = SessionFilter.DEFAULT,
                    reader_id: Reader = DEFAULT_READER, backend_profile: ProfileQuery = None,
                    cursor: Cursor = None, limit: SessionLimit = 50) -> sw.SessionList:
         """Sessions; ``state=default`` shows the running and the unread ones."""

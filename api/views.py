@@ -8,7 +8,7 @@ import msgspec
 
 from api import session_wire as sw
 from api import wire
-from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from ledger.states import AttemptStatus, TaskStatus
 from projections.attempt_summary import AttemptRow
 from projections.commander import PHASE
 from projections.queries import CommanderResult, StatsResult, TaskPage
@@ -18,8 +18,9 @@ from projections.task_summary import TaskSummaryRow
 SESSION_PATH = "/api/v1/sessions/{}"
 _RETRY = 'svc queue retry {task} --idempotency-key <new-key> --reason "<why>"'
 RECOVERY = {
-    PENDING: "svc queue dispatch {task}", RUNNING: "svc queue refresh {task}",
-    FAILED: _RETRY, BLOCKED: _RETRY, COMPLETED: "none", CANCELLED: "none",
+    TaskStatus.PENDING: "svc queue dispatch {task}",
+    TaskStatus.RUNNING: "svc queue refresh {task}", TaskStatus.FAILED: _RETRY,
+    TaskStatus.BLOCKED: _RETRY, TaskStatus.COMPLETED: "none", TaskStatus.CANCELLED: "none",
 }
 Budgets = dict[str, str]
 
@@ -33,7 +34,7 @@ def _task_session_path(latest_attempt: JsonObject | None) -> str | None:
     return session_path(latest_attempt["sessionId"]) if latest_attempt else None
 
 
-def supervisor(task_id: str, queue: str, state: str, change_seq: int,
+def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
                last_attempt_id: str | None, budgets: Budgets) -> wire.Supervisor:
     """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
     recovery = RECOVERY[state].format(task=task_id)
@@ -74,8 +75,9 @@ def attempt(row: AttemptRow, budgets: Budgets, queue: str) -> wire.Attempt:
     started, finished = row.started_at, row.finished_at
     duration = (int((finished - started).total_seconds() * 1000)
                 if started is not None and finished is not None else None)
-    reserved = row.state == "reserved"
-    sup = supervisor(row.task_id, queue, PENDING if reserved else row.state, row.change_seq,
+    reserved = row.state == AttemptStatus.RESERVED
+    sup = supervisor(row.task_id, queue,
+                     TaskStatus.PENDING if reserved else TaskStatus(row.state), row.change_seq,
                      row.attempt_id, budgets)
     if reserved:
         sup = msgspec.structs.replace(

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.task import TASK_STATES
+from ledger.states import AttemptStatus
 from projections.rows import CommanderHead, JsonObject, RunnerJobHead, StatsCounter, TaskHead
 from runner_assembly.assembly import model
 
@@ -22,8 +22,6 @@ Reason = Annotated[str, Meta(min_length=1, max_length=1000)]
 Priority = Annotated[int, Meta(ge=0, le=100)]
 BackendProfile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
 TaskStateName = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
-
-assert set(TaskStateName.__args__) == set(TASK_STATES)  # type: ignore[attr-defined]
 
 
 class Camel(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
@@ -125,7 +123,7 @@ class Attempt(msgspec.Struct, rename="camel", kw_only=True):
     attempt_id: str
     task_id: str
     retry_index: int
-    state: str
+    state: AttemptStatus
     idempotency_key: str | None
     reason: str | None
     previous_attempt_id: str | None

@@ -5,17 +5,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 from cyclopts import App, Parameter
 
 from api import wire
 from cli import render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from ledger.states import TaskStatus
 
 queue_app = App(name="queue", help="Submit, list, read and cancel queue tasks.")
 
-State = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
 DryRun = Annotated[bool, Parameter(help="Plan only: answer what would change, change nothing.")]
 EXIT_USAGE, EXIT_UNREACHABLE = 2, 3
 T = TypeVar("T")
@@ -91,7 +91,7 @@ def submit(
 @queue_app.command(name="list")
 def list_tasks(
     *, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
-    state: State | None = None,
+    state: TaskStatus | None = None,
     cursor: Annotated[str | None, Parameter(help="Continue from a previous page.")] = None,
     limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")] = None,
     updated_after: Annotated[int | None, Parameter(

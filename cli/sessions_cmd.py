@@ -15,12 +15,12 @@ from api import session_wire as sw
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
 from cli.queue_cmd import EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
+from ledger.states import SessionFilter
 
 sessions_app = App(name="sessions", help="Sessions: output, trace, prompts and control.\n\n"
                    "A task's sessionPath names its session; `svc sessions ps` lists the "
                    "running and unread ones.")
 
-StateFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
 ProfileName = Literal["profile-1", "profile-2", "profile-3", "profile-4", "M3"]
 PROFILE_ALIASES = {"M3": "profile-3"}
 Reader = Annotated[str, Parameter(env_var="SVC_READER_ID",
@@ -39,7 +39,7 @@ def _profile(profile: ProfileName | None) -> str | None:
 
 
 @sessions_app.command
-def ps(*, state: StateFilter = "default", profile: ProfileName | None = None,
+def ps(*, state: SessionFilter = SessionFilter.DEFAULT, profile: ProfileName | None = None,
        reader_id: Reader = "cli",
        cursor: Annotated[str | None, Parameter(help="Continue from a previous page.")] = None,
        limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.states import FailureKind
+
 
 class DomainError(Exception):
     """A refusal with a stable ``code``; the API maps codes to HTTP statuses in one place."""
@@ -43,7 +45,7 @@ class StreamVersionConflict(DomainError):
 class LedgerUnavailable(DomainError):
     """The ledger could not be written; nothing was changed."""
 
-    code = "infra-failed"
+    code: str = FailureKind.INFRA_FAILED
 
 
 class TaskNotRetryable(DomainError):
@@ -61,7 +63,7 @@ class IdempotencyConflict(DomainError):
 class SessionStoreEvicted(DomainError):
     """The session's volume was evicted: no command can run in it."""
 
-    code = "session-store-evicted"
+    code: str = FailureKind.SESSION_STORE_EVICTED
 
 
 class Refused(DomainError):

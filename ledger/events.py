@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from ledger.states import AttemptStatus, RunStatus, StorageKind, TurnStatus
+
 
 class NewTask(msgspec.Struct, frozen=True):
     """What a new task is made of: shared by the submit command and its event."""
@@ -77,7 +79,7 @@ class AttemptMaterializationFailed(
     attempt_id: str
     failure_kind: str
     failure_message: str
-    attempt_state: str = "reserved"
+    attempt_state: AttemptStatus = AttemptStatus.RESERVED
     """``blocked`` when a blocker stopped a dispatch; else the attempt stays reserved."""
 
 
@@ -85,7 +87,7 @@ class AttemptFinished(msgspec.Struct, frozen=True, tag="task-attempt-finished", 
     """Refresh wrote the core run's terminal state back to the attempt and the task."""
 
     attempt_id: str
-    outcome: str
+    outcome: AttemptStatus
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
@@ -135,7 +137,7 @@ class RunAssembled(msgspec.Struct, frozen=True, tag="run-assembled", tag_field="
 class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="type"):
     """The core run reached a terminal status."""
 
-    status: str
+    status: RunStatus
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
@@ -150,7 +152,7 @@ class SessionFacts(msgspec.Struct, frozen=True):
     session_id: str
     conversation_id: str
     backend_profile: str
-    storage_kind: str
+    storage_kind: StorageKind
     pvc_name: str | None
     ttl_seconds: int
     expires_at: str
@@ -197,7 +199,7 @@ class SessionTurnFinished(
     """The turn ended; ``thread_id`` is the thread the backend started or resumed."""
 
     runner_job_id: str
-    status: str
+    status: TurnStatus
     thread_id: str | None = None
     failure_kind: str | None = None
     failure_message: str | None = None

@@ -19,6 +19,7 @@ from ledger.events import (
     RunFinished,
     RunnerJobCreated,
 )
+from ledger.states import RunStatus
 
 STREAM_TYPE = "run"
 
@@ -56,7 +57,7 @@ class RecordAssembly(_OnRun, frozen=True):
 class FinishRun(_OnRun, frozen=True):
     """The run reached a terminal status."""
 
-    status: str
+    status: RunStatus
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
@@ -72,7 +73,7 @@ class RunState(msgspec.Struct, frozen=True):
     runner_job_id: str
     job_recorded: bool = False
     assembled: bool = False
-    status: str | None = None
+    status: RunStatus | None = None
 
 
 def decide(state: RunState | None, command: RunCommand) -> list[RunEvent]:

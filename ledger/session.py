@@ -24,11 +24,9 @@ from ledger.events import (
     TurnFacts,
     VolumeSummary,
 )
+from ledger.states import ACTIVE_TURNS, StorageKind, TurnStatus
 
 STREAM_TYPE = "session"
-RESERVED, RUNNING = "reserved", "running"
-ACTIVE = (RESERVED, RUNNING)
-VOLUME, NO_STORAGE, EVICTED = "volume", "none", "evicted"
 
 
 class _OnSession(msgspec.Struct, frozen=True):
@@ -65,7 +63,7 @@ class FinishTurn(_OnSession, frozen=True):
     """The turn ended (or could not start)."""
 
     runner_job_id: str
-    status: str
+    status: TurnStatus
     thread_id: str | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
@@ -105,16 +103,17 @@ class SessionState(msgspec.Struct, frozen=True):
 
     session_id: str
     backend_profile: str
-    storage_kind: str
+    storage_kind: StorageKind
     version: int
     thread_id: str | None = None
-    turns: dict[str, str] = {}
+    turns: dict[str, TurnStatus] = {}
     """runner job id -> turn status."""
     cursors: dict[str, int] = {}
 
     def active_turn(self) -> str | None:
         """The runner job id of the turn in progress, if any."""
-        return next((job for job, status in self.turns.items() if status in ACTIVE), None)
+        return next((job for job, status in self.turns.items() if status in ACTIVE_TURNS),
+                    None)
 
 
 def profile_mismatch(session_id: str, owner: str, wanted: str) -> InvalidTransition:
@@ -133,21 +132,21 @@ def decide(state: SessionState | None, command: SessionCommand) -> list[SessionE
     if isinstance(command, ReserveTurn):
         return _reserve(state, command)
     if isinstance(command, StartTurn):
-        if state.turns.get(command.runner_job_id) != RESERVED:
+        if state.turns.get(command.runner_job_id) != TurnStatus.RESERVED:
             return []
         return [SessionTurnStarted(command.runner_job_id, command.driver, command.handle)]
     if isinstance(command, FinishTurn):
-        if state.turns.get(command.runner_job_id) not in ACTIVE:
+        if state.turns.get(command.runner_job_id) not in ACTIVE_TURNS:
             return []
         return [SessionTurnFinished(command.runner_job_id, command.status, command.thread_id,
                                     command.failure_kind, command.failure_message,
                                     command.exit_code)]
     if isinstance(command, RefreshStorage):
-        if state.storage_kind == EVICTED:
+        if state.storage_kind == StorageKind.EVICTED:
             return []
         return [SessionStorageRefreshed(**msgspec.structs.asdict(command.summary))]
     if isinstance(command, EvictSession):
-        if state.storage_kind == EVICTED:
+        if state.storage_kind == StorageKind.EVICTED:
             return []
         if state.active_turn() is not None:
             raise InvalidTransition("the session has a turn in progress",
@@ -175,7 +174,7 @@ def _open(state: SessionState | None, command: OpenSession) -> list[SessionEvent
 def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
     if command.turn.runner_job_id in state.turns:
         return []
-    if state.storage_kind == EVICTED:
+    if state.storage_kind == StorageKind.EVICTED:
         raise SessionStoreEvicted(f"session {state.session_id} was evicted: its volume is gone",
                                   sessionId=state.session_id)
     active = state.active_turn()
@@ -197,13 +196,13 @@ def evolve(state: SessionState | None, event: SessionEvent) -> SessionState:
     state = msgspec.structs.replace(state, version=state.version + 1)
     if isinstance(event, SessionTurnReserved):
         return msgspec.structs.replace(state, turns={**state.turns,
-                                                     event.runner_job_id: RESERVED})
+                                                     event.runner_job_id: TurnStatus.RESERVED})
     if isinstance(event, SessionTurnStarted):
         return msgspec.structs.replace(state, turns={**state.turns,
-                                                     event.runner_job_id: RUNNING})
+                                                     event.runner_job_id: TurnStatus.RUNNING})
     if isinstance(event, SessionTurnFinished):
         return msgspec.structs.replace(state, thread_id=event.thread_id or state.thread_id,
                                        turns={**state.turns, event.runner_job_id: event.status})
     if isinstance(event, SessionEvicted):
-        return msgspec.structs.replace(state, storage_kind=EVICTED)
+        return msgspec.structs.replace(state, storage_kind=StorageKind.EVICTED)
     return state

@@ -19,24 +19,14 @@ from ledger.events import (
     TaskReadCursorAdvanced,
     TaskSubmitted,
 )
+from ledger.states import BLOCKER_KINDS, AttemptStatus, TaskStatus, task_status_after
 
 STREAM_TYPE = "task"
 
-PENDING, RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
-    "pending", "running", "completed", "failed", "blocked", "cancelled",
-)
-RESERVED = "reserved"
-TASK_STATES = (PENDING, RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED)
-ATTEMPT_STATES = (RESERVED, RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED)
-CANCELLABLE = frozenset({PENDING, RUNNING, FAILED, BLOCKED})
-RETRYABLE = frozenset({FAILED, BLOCKED})
-OUTCOMES = frozenset({COMPLETED, FAILED, BLOCKED})
-BLOCKER_KINDS = frozenset({
-    "secret-unavailable", "tenant-policy-denied", "prompt-unavailable", "prompt-too-large",
-    "required-skill-unavailable", "session-store-evicted", "build-required", "schema-invalid",
-    "bundle-unavailable",
-})
-"""Failure kinds that block a task (fix the input, then retry) rather than fail it."""
+CANCELLABLE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.FAILED,
+                         TaskStatus.BLOCKED})
+RETRYABLE = frozenset({TaskStatus.FAILED, TaskStatus.BLOCKED})
+OUTCOMES = frozenset({AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStatus.BLOCKED})
 
 
 class SubmitTask(NewTask, frozen=True):
@@ -114,7 +104,7 @@ class FinishAttempt(_OnTask, frozen=True):
     """Write the core run's terminal state back to the attempt and the task."""
 
     attempt_id: str
-    outcome: str
+    outcome: AttemptStatus
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
@@ -129,7 +119,7 @@ class AttemptState(msgspec.Struct, frozen=True):
 
     attempt_id: str
     retry_index: int
-    state: str
+    state: AttemptStatus
     idempotency_key: str | None
     reason: str | None
     failure_kind: str | None = None
@@ -139,7 +129,7 @@ class TaskState(msgspec.Struct, frozen=True):
     """What ``decide`` needs to know about one task stream."""
 
     task_id: str
-    state: str
+    state: TaskStatus
     version: int
     cursors: dict[str, int] = {}
     attempts: tuple[AttemptState, ...] = ()
@@ -156,7 +146,7 @@ class TaskState(msgspec.Struct, frozen=True):
     def in_flight(self) -> AttemptState | None:
         """A reserved attempt whose runner job is still being created (no failure yet)."""
         latest = self.latest
-        if latest and latest.state == RESERVED and latest.failure_kind is None:
+        if latest and latest.state == AttemptStatus.RESERVED and latest.failure_kind is None:
             return latest
         return None
 
@@ -200,13 +190,13 @@ def _reserve(state: TaskState, ids: AttemptIds, key: str | None,
 def _dispatch(state: TaskState, command: DispatchTask) -> list[TaskEvent]:
     if command.named and state.attempt(command.ids.attempt_id) is not None:
         return []  # the same attemptId again: the original attempt, nothing new
-    reserved = state.latest if state.state == PENDING else None
-    if reserved is not None and reserved.state == RESERVED:
+    reserved = state.latest if state.state == TaskStatus.PENDING else None
+    if reserved is not None and reserved.state == AttemptStatus.RESERVED:
         if command.named:
             raise InvalidTransition(f"attempt {reserved.attempt_id} is already reserved",
                                     taskId=state.task_id, attemptId=reserved.attempt_id)
         return []  # resume the reserved attempt
-    if state.state != PENDING:
+    if state.state != TaskStatus.PENDING:
         hint = "; retry it instead" if state.state in RETRYABLE else ""
         raise InvalidTransition(f"cannot dispatch a {state.state} task{hint}",
                                 taskId=state.task_id, state=state.state)
@@ -244,14 +234,15 @@ def _progress(
         raise NotFound(f"attempt {command.attempt_id} not found", taskId=state.task_id,
                        attemptId=command.attempt_id)
     if isinstance(command, MaterializeAttempt):
-        return [AttemptMaterialized(attempt.attempt_id)] if attempt.state == RESERVED else []
+        reserved = attempt.state == AttemptStatus.RESERVED
+        return [AttemptMaterialized(attempt.attempt_id)] if reserved else []
     if isinstance(command, FailMaterialization):
-        if attempt.state != RESERVED:
+        if attempt.state != AttemptStatus.RESERVED:
             return []
         attempt_state, _ = after_materialization_failure(state.state, command.failure_kind)
         return [AttemptMaterializationFailed(attempt.attempt_id, command.failure_kind,
                                              command.failure_message, attempt_state)]
-    if attempt.state != RUNNING:
+    if attempt.state != AttemptStatus.RUNNING:
         return []
     if command.outcome not in OUTCOMES:
         raise InvalidTransition(f"unknown outcome {command.outcome}")
@@ -259,21 +250,22 @@ def _progress(
                             command.failure_message, command.exit_code)]
 
 
-def failure_state(kind: str) -> str:
+def failure_state(kind: str) -> TaskStatus:
     """The task state a failure kind leads to."""
-    return BLOCKED if kind in BLOCKER_KINDS else FAILED
+    return TaskStatus.BLOCKED if kind in BLOCKER_KINDS else TaskStatus.FAILED
 
 
-def after_materialization_failure(task_state: str, kind: str) -> tuple[str, str]:
+def after_materialization_failure(task_state: TaskStatus,
+                                  kind: str) -> tuple[AttemptStatus, TaskStatus]:
     """(attempt state, task state) after a runner job could not be created.
 
     On dispatch (the task is pending) a blocker blocks the attempt and the task; any other
     failure leaves the attempt reserved so that dispatching again resumes it. On retry the
     attempt stays reserved and the task keeps its state (SPEC 4.3 rules 6.8, 6.9).
     """
-    if task_state == PENDING and kind in BLOCKER_KINDS:
-        return BLOCKED, BLOCKED
-    return RESERVED, task_state
+    if task_state == TaskStatus.PENDING and kind in BLOCKER_KINDS:
+        return AttemptStatus.BLOCKED, TaskStatus.BLOCKED
+    return AttemptStatus.RESERVED, task_state
 
 
 def _with_attempt(task: TaskState, attempt_id: str, **changes: Any) -> tuple[AttemptState, ...]:
@@ -284,7 +276,7 @@ def _with_attempt(task: TaskState, attempt_id: str, **changes: Any) -> tuple[Att
 def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     """Fold one event into the decision state."""
     if isinstance(event, TaskSubmitted):
-        return TaskState(task_id=event.task_id, state=PENDING, version=1)
+        return TaskState(task_id=event.task_id, state=TaskStatus.PENDING, version=1)
     assert state is not None, "event before task-submitted"
     if isinstance(event, TaskReadCursorAdvanced):
         return msgspec.structs.replace(state, cursors={**state.cursors,
@@ -294,16 +286,17 @@ def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     if isinstance(event, TaskCancelled):
         latest = state.latest
         attempts = state.attempts
-        if latest is not None and latest.state in (RESERVED, RUNNING):
-            attempts = _with_attempt(state, latest.attempt_id, state=CANCELLED)
-        return msgspec.structs.replace(state, state=CANCELLED, attempts=attempts)
+        if latest is not None and latest.state in (AttemptStatus.RESERVED, AttemptStatus.RUNNING):
+            attempts = _with_attempt(state, latest.attempt_id, state=AttemptStatus.CANCELLED)
+        return msgspec.structs.replace(state, state=TaskStatus.CANCELLED, attempts=attempts)
     if isinstance(event, AttemptReserved):
-        attempt = AttemptState(event.attempt_id, event.retry_index, RESERVED,
+        attempt = AttemptState(event.attempt_id, event.retry_index, AttemptStatus.RESERVED,
                                event.idempotency_key, event.reason)
         return msgspec.structs.replace(state, attempts=(*state.attempts, attempt))
     if isinstance(event, AttemptMaterialized):
-        attempts = _with_attempt(state, event.attempt_id, state=RUNNING, failure_kind=None)
-        return msgspec.structs.replace(state, state=RUNNING, attempts=attempts)
+        attempts = _with_attempt(state, event.attempt_id, state=AttemptStatus.RUNNING,
+                                 failure_kind=None)
+        return msgspec.structs.replace(state, state=TaskStatus.RUNNING, attempts=attempts)
     if isinstance(event, AttemptMaterializationFailed):
         attempt_state, task_state = after_materialization_failure(state.state,
                                                                   event.failure_kind)
@@ -313,4 +306,5 @@ def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     assert isinstance(event, AttemptFinished)
     attempts = _with_attempt(state, event.attempt_id, state=event.outcome,
                              failure_kind=event.failure_kind)
-    return msgspec.structs.replace(state, state=event.outcome, attempts=attempts)
+    return msgspec.structs.replace(state, state=task_status_after(event.outcome),
+                                   attempts=attempts)

@@ -13,8 +13,8 @@ from ledger.events import (
     AttemptReserved,
     TaskCancelled,
 )
+from ledger.states import AttemptStatus
 from ledger.streams import RecordedEntry
-from ledger.task import CANCELLED, RESERVED, RUNNING
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -23,7 +23,7 @@ class AttemptRow(msgspec.Struct, frozen=True):
     attempt_id: str
     task_id: str
     retry_index: int
-    state: str
+    state: AttemptStatus
     idempotency_key: str | None
     reason: str | None
     previous_attempt_id: str | None
@@ -58,7 +58,7 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         assert isinstance(event, AttemptReserved)
         return AttemptRow(
             attempt_id=event.attempt_id, task_id=entry.stream_id,
-            retry_index=event.retry_index, state=RESERVED,
+            retry_index=event.retry_index, state=AttemptStatus.RESERVED,
             idempotency_key=event.idempotency_key, reason=event.reason,
             previous_attempt_id=event.previous_attempt_id, run_id=event.run_id,
             command_id=event.command_id, runner_job_id=event.runner_job_id,
@@ -69,7 +69,7 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
     if row is None:
         return None
     if kind is AttemptMaterialized:
-        return msgspec.structs.replace(row, state=RUNNING, failure_kind=None,
+        return msgspec.structs.replace(row, state=AttemptStatus.RUNNING, failure_kind=None,
                                        failure_message=None, started_at=at,
                                        change_seq=seq, updated_at=at)
     if kind is AttemptMaterializationFailed:
@@ -85,7 +85,7 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
                                        failure_message=event.failure_message,
                                        exit_code=event.exit_code, finished_at=at,
                                        change_seq=seq, updated_at=at)
-    if kind is TaskCancelled and row.state in (RESERVED, RUNNING):
-        return msgspec.structs.replace(row, state=CANCELLED, finished_at=at,
+    if kind is TaskCancelled and row.state in (AttemptStatus.RESERVED, AttemptStatus.RUNNING):
+        return msgspec.structs.replace(row, state=AttemptStatus.CANCELLED, finished_at=at,
                                        change_seq=seq, updated_at=at)
     return row

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import msgspec
 
-from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from ledger.states import TaskStatus
 from projections.task_summary import TaskSummaryRow
 
 # Lower ranks come first: blocked and failed tasks need a decision, then live work.
-ATTENTION = {BLOCKED: 0, FAILED: 1, RUNNING: 2, PENDING: 3, COMPLETED: 4, CANCELLED: 5}
+ATTENTION = {TaskStatus.BLOCKED: 0, TaskStatus.FAILED: 1, TaskStatus.RUNNING: 2,
+             TaskStatus.PENDING: 3, TaskStatus.COMPLETED: 4, TaskStatus.CANCELLED: 5}
 PHASE = {
-    PENDING: "awaiting-dispatch", RUNNING: "executing", BLOCKED: "blocked",
-    FAILED: "failed", COMPLETED: "done", CANCELLED: "cancelled",
+    TaskStatus.PENDING: "awaiting-dispatch", TaskStatus.RUNNING: "executing",
+    TaskStatus.BLOCKED: "blocked", TaskStatus.FAILED: "failed", TaskStatus.COMPLETED: "done",
+    TaskStatus.CANCELLED: "cancelled",
 }
 RECOVERY = {
-    PENDING: "dispatch", RUNNING: "refresh", BLOCKED: "retry", FAILED: "retry",
-    COMPLETED: "none", CANCELLED: "none",
+    TaskStatus.PENDING: "dispatch", TaskStatus.RUNNING: "refresh", TaskStatus.BLOCKED: "retry",
+    TaskStatus.FAILED: "retry", TaskStatus.COMPLETED: "none", TaskStatus.CANCELLED: "none",
 }
 
 

@@ -11,9 +11,8 @@ from typing import Any
 import msgspec
 
 from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
+from ledger.states import RunStatus
 from ledger.streams import RecordedEntry
-
-CREATED, RUNNING = "created", "running"
 
 
 class RunRow(msgspec.Struct, frozen=True):
@@ -27,7 +26,7 @@ class RunRow(msgspec.Struct, frozen=True):
     session_id: str
     conversation_id: str
     backend_profile: str
-    status: str
+    status: RunStatus
     exit_code: int | None
     failure_kind: str | None
     failure_message: str | None
@@ -61,7 +60,7 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
             run_id=event.run_id, task_id=event.task_id, attempt_id=event.attempt_id,
             command_id=event.command_id, runner_job_id=event.runner_job_id,
             session_id=event.session_id, conversation_id=event.conversation_id,
-            backend_profile=event.backend_profile, status=CREATED, exit_code=None,
+            backend_profile=event.backend_profile, status=RunStatus.CREATED, exit_code=None,
             failure_kind=None, failure_message=None, driver=None, handle=None,
             resource_bundle_ref=event.resource_bundle_ref, prompt_sha256=event.prompt_sha256,
             prompt_bytes=event.prompt_bytes, created_at=at, started_at=None,
@@ -71,7 +70,7 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
         return None
     if kind is RunnerJobCreated:
         assert isinstance(event, RunnerJobCreated)
-        return msgspec.structs.replace(row, status=RUNNING, driver=event.driver,
+        return msgspec.structs.replace(row, status=RunStatus.RUNNING, driver=event.driver,
                                        handle=event.handle, started_at=at, change_seq=seq,
                                        job_plan=event.plan)
     if kind is RunAssembled:

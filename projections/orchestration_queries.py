@@ -8,6 +8,14 @@ import msgspec
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
+from ledger.states import (
+    ACTIVE_TURNS,
+    AttemptStatus,
+    RunStatus,
+    SessionStatus,
+    StorageKind,
+    TurnStatus,
+)
 from projections.queries import RowDecoder
 from projections.rows import JsonObject
 from projections.session_summary import SessionRow
@@ -36,7 +44,7 @@ class AttemptIdentity(JobIdentity, frozen=True, kw_only=True):
     """A reserved attempt's run, command, job and session, and its state."""
 
     command_id: str
-    state: str
+    state: AttemptStatus
 
 
 class LatestAttempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,7 +53,7 @@ class LatestAttempt(msgspec.Struct, frozen=True, kw_only=True):
     attempt_id: str
     run_id: str
     runner_job_id: str
-    state: str
+    state: AttemptStatus
     session_id: str
 
 
@@ -55,7 +63,7 @@ class ActiveTurn(msgspec.Struct, frozen=True, kw_only=True):
     runner_job_id: str
     run_id: str
     task_id: str | None
-    status: str
+    status: TurnStatus
 
 
 class CommandTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,7 +74,7 @@ class CommandTurn(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     command_id: str
     thread_id: str | None
-    status: str
+    status: TurnStatus
 
 
 class ExpiredSession(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,10 +117,10 @@ async def attempt_identity(db: Queryable, attempt_id: str) -> AttemptIdentity | 
     return _ATTEMPTS.maybe(await db.fetchrow(DISPATCH_SQL["attempt_row"], attempt_id))
 
 
-async def attempt_state(db: Queryable, attempt_id: str) -> str | None:
+async def attempt_state(db: Queryable, attempt_id: str) -> AttemptStatus | None:
     """An attempt's state, or None."""
     state: str | None = await db.fetchval(DISPATCH_SQL["attempt_state"], attempt_id)
-    return state
+    return None if state is None else AttemptStatus(state)
 
 
 async def latest_attempt(db: Queryable, task_id: str) -> LatestAttempt | None:
@@ -133,7 +141,7 @@ async def take_capacity(db: Queryable, namespace: str) -> bool:
 async def reclaim_capacity(db: Queryable, namespace: str) -> None:
     """Set the namespace's used slots to its running jobs, unless they changed meanwhile."""
     seen: int | None = await db.fetchval(DISPATCH_SQL["capacity_seen"], namespace)
-    live: int = await db.fetchval(DISPATCH_SQL["running_jobs"])
+    live: int = await db.fetchval(DISPATCH_SQL["running_jobs"], RunStatus.RUNNING)
     await db.execute(DISPATCH_SQL["reclaim_capacity"], namespace, live, seen)
 
 
@@ -150,12 +158,14 @@ async def session_state(db: Queryable, session_id: str) -> SessionRow | None:
 
 async def active_turns(db: Queryable, session_id: str) -> list[ActiveTurn]:
     """The session's reserved or running turns."""
-    return _ACTIVE.many(await db.fetch(TURNS_SQL["active_turns"], session_id))
+    return _ACTIVE.many(await db.fetch(TURNS_SQL["active_turns"], session_id,
+                                       sorted(ACTIVE_TURNS)))
 
 
 async def running_sessions(db: Queryable, limit: int) -> list[str]:
     """Ids of running sessions, oldest change first."""
-    return [r["session_id"] for r in await db.fetch(TURNS_SQL["running_sessions"], limit)]
+    return [r["session_id"] for r in await db.fetch(TURNS_SQL["running_sessions"], limit,
+                                                   SessionStatus.RUNNING)]
 
 
 async def latest_turn_job(db: Queryable, session_id: str) -> str | None:
@@ -171,7 +181,8 @@ async def turn_by_command(db: Queryable, command_id: str) -> CommandTurn | None:
 
 async def expired_sessions(db: Queryable, moment: datetime, limit: int) -> list[ExpiredSession]:
     """Sessions with a volume that expired before ``moment`` and no turn running."""
-    return _EXPIRED.many(await db.fetch(TURNS_SQL["expired_sessions"], moment, limit))
+    return _EXPIRED.many(await db.fetch(TURNS_SQL["expired_sessions"], moment, limit,
+                                        StorageKind.VOLUME, SessionStatus.RUNNING))
 
 
 async def run_base(db: Queryable, run_id: str) -> RunBase | None:

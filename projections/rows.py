@@ -7,6 +7,15 @@ from typing import Any
 
 import msgspec
 
+from ledger.states import (
+    AttemptStatus,
+    RunStatus,
+    SessionStatus,
+    StorageKind,
+    TaskStatus,
+    TurnStatus,
+)
+
 JsonObject = dict[str, Any]
 
 
@@ -20,7 +29,7 @@ class TaskHead(msgspec.Struct, rename="camel", frozen=True):
     lane: str
     title: str
     priority: int
-    state: str
+    state: TaskStatus
     backend_profile: str | None
     summary: str
     version: int
@@ -42,7 +51,7 @@ class CommanderHead(msgspec.Struct, rename="camel", frozen=True):
     queue: str
     lane: str
     title: str
-    state: str
+    state: TaskStatus
     version: int
 
 
@@ -59,7 +68,7 @@ class StatsCounter(msgspec.Struct, rename="camel", frozen=True):
 
     queue: str
     lane: str
-    state: str
+    state: TaskStatus
     backend_profile: str | None
     count: int
 
@@ -70,12 +79,12 @@ class RunnerJobHead(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     run_id: str
     task_id: str
     attempt_id: str
-    attempt_state: str | None
+    attempt_state: AttemptStatus | None
     runner_job_id: str
     session_id: str
     backend_profile: str
     driver: str | None
-    status: str
+    status: RunStatus
     exit_code: int | None
     failure_kind: str | None
     failure_message: str | None
@@ -94,7 +103,7 @@ class ReservedRun(msgspec.Struct, rename="camel", frozen=True):
 
     task_id: str
     attempt_id: str
-    state: str
+    state: AttemptStatus
 
 
 class SessionHead(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
@@ -104,9 +113,9 @@ class SessionHead(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     conversation_id: str
     thread_id: str | None
     backend_profile: str
-    state: str
+    state: SessionStatus
     unread: bool
-    storage_kind: str
+    storage_kind: StorageKind
     latest_run_id: str | None
     latest_task_id: str | None
     turns: int
@@ -120,7 +129,7 @@ class SessionHead(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
 class StorageFields(msgspec.Struct, rename="camel", frozen=True):
     """The storage fields of SPEC 2.6, as the runner last summarised them."""
 
-    storage_kind: str
+    storage_kind: StorageKind
     pvc_name: str | None
     pvc_phase: str | None
     storage_size_bytes: int | None
@@ -146,7 +155,7 @@ class TurnFields(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     task_id: str | None
     thread_id: str | None
     resumed: bool
-    status: str
+    status: TurnStatus
     failure_kind: str | None
     exit_code: int | None
     created_at: datetime

@@ -6,11 +6,21 @@ from dataclasses import dataclass
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
+from ledger.states import TERMINAL_SESSIONS, SessionFilter, SessionStatus
 from projections.queries import MAX_SEQ, RowDecoder, decode_cursor, encode_cursor
 from projections.rows import SessionHead, SessionView, TurnFields
 
 SQL = load_queries("projections", "session_queries.sql")
 RECENT_TURNS = 10
+FILTERS: dict[SessionFilter, tuple[frozenset[SessionStatus], bool]] = {
+    SessionFilter.ALL: (frozenset(SessionStatus), False),
+    SessionFilter.RUNNING: (frozenset({SessionStatus.RUNNING}), False),
+    SessionFilter.UNREAD: (frozenset(), True),
+    SessionFilter.TERMINAL: (TERMINAL_SESSIONS, False),
+    SessionFilter.IDLE: (frozenset({SessionStatus.IDLE}), False),
+    SessionFilter.DEFAULT: (frozenset({SessionStatus.RUNNING}), True),
+}
+"""A list filter: the session states it selects, and whether it also selects unread ones."""
 
 _ITEMS = RowDecoder(SessionHead)
 _DETAILS = RowDecoder(SessionView, nested=("storage",))
@@ -26,14 +36,15 @@ class SessionPage:
     high_water: int
 
 
-async def list_sessions(db: Queryable, *, state: str, reader_id: str,
+async def list_sessions(db: Queryable, *, state: SessionFilter, reader_id: str,
                         backend_profile: str | None, cursor: str | None,
                         limit: int) -> SessionPage:
     """Sessions matching the filter, newest change first."""
     high_water: int = await db.fetchval(SQL["high_water"])
     before = decode_cursor(cursor)[1] if cursor else MAX_SEQ
+    states, unread = FILTERS[state]
     rows = _ITEMS.many(await db.fetch(SQL["list_sessions"], reader_id, before,
-                                      backend_profile, state, limit + 1))
+                                      backend_profile, sorted(states), limit + 1, unread))
     next_cursor = encode_cursor("d", rows[limit - 1].change_seq) if len(rows) > limit \
         else None
     return SessionPage(rows[:limit], next_cursor, high_water)

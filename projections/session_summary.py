@@ -22,11 +22,8 @@ from ledger.events import (
     SessionTurnReserved,
     SessionTurnStarted,
 )
-from ledger.session import EVICTED, RESERVED, RUNNING
+from ledger.states import SessionStatus, StorageKind, TurnStatus, session_status_after
 from ledger.streams import RecordedEntry
-
-IDLE = "idle"
-TERMINAL_STATES = ("completed", "failed", "blocked", "cancelled", "evicted")
 
 
 class SessionRow(msgspec.Struct, frozen=True):
@@ -35,9 +32,9 @@ class SessionRow(msgspec.Struct, frozen=True):
     session_id: str
     conversation_id: str
     backend_profile: str
-    state: str
+    state: SessionStatus
     thread_id: str | None
-    storage_kind: str
+    storage_kind: StorageKind
     pvc_name: str | None
     pvc_phase: str | None
     storage_size_bytes: int | None
@@ -69,7 +66,7 @@ class TurnRow(msgspec.Struct, frozen=True):
     command_id: str
     task_id: str | None
     thread_id: str | None
-    status: str
+    status: TurnStatus
     result_thread_id: str | None
     driver: str | None
     handle: str | None
@@ -114,7 +111,7 @@ def _expiry(text: str) -> datetime:
 def _opened(event: SessionOpened, entry: RecordedEntry) -> SessionRow:
     return SessionRow(
         session_id=event.session_id, conversation_id=event.conversation_id,
-        backend_profile=event.backend_profile, state=IDLE, thread_id=None,
+        backend_profile=event.backend_profile, state=SessionStatus.IDLE, thread_id=None,
         storage_kind=event.storage_kind, pvc_name=event.pvc_name, pvc_phase=None,
         storage_size_bytes=None, storage_files_count=None, storage_sha256=None,
         storage_updated_at=None, ttl_seconds=event.ttl_seconds,
@@ -128,8 +125,8 @@ def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
     return TurnRow(
         runner_job_id=event.runner_job_id, session_id=entry.stream_id, run_id=event.run_id,
         command_id=event.command_id, task_id=event.task_id, thread_id=event.thread_id,
-        status=RESERVED, result_thread_id=None, driver=None, handle=None, failure_kind=None,
-        failure_message=None, exit_code=None, prompt_sha256=event.prompt_sha256,
+        status=TurnStatus.RESERVED, result_thread_id=None, driver=None, handle=None,
+        failure_kind=None, failure_message=None, exit_code=None, prompt_sha256=event.prompt_sha256,
         prompt_bytes=event.prompt_bytes, change_seq=entry.change_seq,
         created_at=entry.recorded_at, started_at=None, finished_at=None)
 
@@ -140,21 +137,22 @@ def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
     changes: dict[str, Any] = {"version": row.version + 1, "change_seq": entry.change_seq,
                                "updated_at": entry.recorded_at}
     if isinstance(event, SessionTurnReserved):
-        changes.update(state=RUNNING, latest_run_id=event.run_id,
+        changes.update(state=SessionStatus.RUNNING, latest_run_id=event.run_id,
                        latest_command_id=event.command_id,
                        latest_runner_job_id=event.runner_job_id, latest_task_id=event.task_id,
                        turns=row.turns + 1, failure_kind=None,
                        expires_at=_expiry(event.expires_at))
     elif isinstance(event, SessionTurnFinished):
-        changes.update(state=event.status, failure_kind=event.failure_kind,
-                       thread_id=event.thread_id or row.thread_id)
+        changes.update(state=session_status_after(event.status),
+                       failure_kind=event.failure_kind, thread_id=event.thread_id or row.thread_id)
     elif isinstance(event, SessionStorageRefreshed):
         changes.update(pvc_name=event.pvc_name or row.pvc_name, pvc_phase=event.pvc_phase,
                        storage_size_bytes=event.size_bytes,
                        storage_files_count=event.files_count, storage_sha256=event.sha256,
                        storage_updated_at=_expiry(event.updated_at))
     elif isinstance(event, SessionEvicted):
-        changes.update(state=EVICTED, storage_kind=EVICTED, pvc_phase=None)
+        changes.update(state=SessionStatus.EVICTED, storage_kind=StorageKind.EVICTED,
+                       pvc_phase=None)
     elif not isinstance(event, SessionTurnStarted | SessionCancelled):
         raise AssertionError(f"unexpected session event {type(event).__name__}")
     return msgspec.structs.replace(row, **changes)
@@ -164,7 +162,7 @@ def evolve_turn(turn: TurnRow, entry: RecordedEntry) -> TurnRow:
     """Fold a started or finished event into its turn row."""
     event: Any = entry.event
     if isinstance(event, SessionTurnStarted):
-        return msgspec.structs.replace(turn, status=RUNNING, driver=event.driver,
+        return msgspec.structs.replace(turn, status=TurnStatus.RUNNING, driver=event.driver,
                                        handle=event.handle, started_at=entry.recorded_at,
                                        change_seq=entry.change_seq)
     assert isinstance(event, SessionTurnFinished)

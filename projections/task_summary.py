@@ -16,8 +16,9 @@ from ledger.events import (
     TaskReadCursorAdvanced,
     TaskSubmitted,
 )
+from ledger.states import AttemptStatus, TaskStatus, task_status_after
 from ledger.streams import RecordedEntry
-from ledger.task import CANCELLED, PENDING, RESERVED, RUNNING, after_materialization_failure
+from ledger.task import after_materialization_failure
 
 SESSION_PATH = "/api/v1/sessions/{}"
 
@@ -32,7 +33,7 @@ class TaskSummaryRow(msgspec.Struct, frozen=True):
     lane: str
     title: str
     priority: int
-    state: str
+    state: TaskStatus
     backend_profile: str | None
     summary: str
     version: int
@@ -57,7 +58,7 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
         return TaskSummaryRow(
             task_id=event.task_id, tenant_id=event.tenant_id, project_id=event.project_id,
             queue=event.queue, lane=event.lane, title=event.title, priority=event.priority,
-            state=PENDING, backend_profile=event.backend_profile,
+            state=TaskStatus.PENDING, backend_profile=event.backend_profile,
             summary="submitted; waiting for dispatch", version=1, change_seq=entry.change_seq,
             payload_hash=event.payload_hash, latest_attempt=None,
             session_path=None, creator=event.creator, created_at=entry.recorded_at,
@@ -71,15 +72,16 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     if kind is TaskCancelled:
         assert isinstance(event, TaskCancelled)
         summary = f"cancelled: {event.reason}" if event.reason else "cancelled"
-        if attempt is not None and attempt["state"] in (RESERVED, RUNNING):
-            attempt = {**attempt, "state": CANCELLED}
-        return msgspec.structs.replace(row, state=CANCELLED, summary=summary,
+        if attempt is not None and attempt["state"] in (AttemptStatus.RESERVED,
+                                                                AttemptStatus.RUNNING):
+            attempt = {**attempt, "state": AttemptStatus.CANCELLED}
+        return msgspec.structs.replace(row, state=TaskStatus.CANCELLED, summary=summary,
                                        latest_attempt=attempt, **changed)
     if kind is AttemptReserved:
         assert isinstance(event, AttemptReserved)
         attempt = {
             "attemptId": event.attempt_id, "retryIndex": event.retry_index,
-            "state": RESERVED, "runId": event.run_id, "commandId": event.command_id,
+            "state": AttemptStatus.RESERVED, "runId": event.run_id, "commandId": event.command_id,
             "runnerJobId": event.runner_job_id, "sessionId": event.session_id,
             "sessionPath": SESSION_PATH.format(event.session_id),
             "failureKind": None, "failureMessage": None,
@@ -90,8 +92,9 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             **changed)
     assert attempt is not None, "attempt event before task-attempt-reserved"
     if kind is AttemptMaterialized:
-        attempt = {**attempt, "state": RUNNING, "failureKind": None, "failureMessage": None}
-        return msgspec.structs.replace(row, state=RUNNING, latest_attempt=attempt,
+        attempt = {**attempt, "state": AttemptStatus.RUNNING, "failureKind": None,
+                   "failureMessage": None}
+        return msgspec.structs.replace(row, state=TaskStatus.RUNNING, latest_attempt=attempt,
                                        summary=f"running (attempt {attempt['retryIndex']})",
                                        **changed)
     if kind is AttemptMaterializationFailed:
@@ -108,5 +111,6 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     detail = event.failure_kind or (f"exit code {event.exit_code}"
                                     if event.exit_code else "")
     summary = event.outcome + (f": {detail}" if detail else "")
-    return msgspec.structs.replace(row, state=event.outcome, latest_attempt=attempt,
+    return msgspec.structs.replace(row, state=task_status_after(event.outcome),
+                                   latest_attempt=attempt,
                                    summary=summary, **changed)

@@ -27,14 +27,11 @@ from hypothesis.stateful import (
 from ledger.database import create_pool
 from ledger.errors import DomainError, IdempotencyConflict, InvalidTransition, TaskNotRetryable
 from ledger.intake import submit_command
+from ledger.states import JobState
 from ledger.task import CancelTask
 from ledger.writer import LedgerWriter
 from projections.store import project
 from runner_assembly.drivers.protocol import (
-    BLOCKED,
-    COMPLETED,
-    FAILED,
-    RUNNING,
     DriverError,
     JobHandle,
     JobSpec,
@@ -44,6 +41,8 @@ from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.settings import RunnerSettings
 from tests.support import replay_report, snapshot, write_profile_secret
 
+BLOCKED, COMPLETED, FAILED, RUNNING = (JobState.BLOCKED, JobState.COMPLETED, JobState.FAILED,
+                                       JobState.RUNNING)
 KEYS = st.sampled_from(["k1", "k2", "k3"])
 REASONS = st.sampled_from(["flaky", "fixed input"])
 OUTCOMES = st.sampled_from([COMPLETED, FAILED, BLOCKED])

@@ -30,7 +30,7 @@ RETURNING active_jobs
 SELECT active_jobs FROM runner_capacity WHERE namespace = $1
 
 -- name: running_jobs
-SELECT count(*) FROM runner_job_record WHERE status = 'running'
+SELECT count(*) FROM runner_job_record WHERE status = $1
 
 -- name: reclaim_capacity
 UPDATE runner_capacity SET active_jobs = $2 WHERE namespace = $1 AND active_jobs = $3

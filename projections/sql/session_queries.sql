@@ -7,14 +7,7 @@ FROM session_summary s
 LEFT JOIN session_read_cursor c ON c.session_id = s.session_id AND c.reader_id = $1
 WHERE s.change_seq < $2
   AND ($3::text IS NULL OR s.backend_profile = $3)
-  AND CASE $4::text
-        WHEN 'all' THEN true
-        WHEN 'running' THEN s.state = 'running'
-        WHEN 'unread' THEN s.version > coalesce(c.version, 0)
-        WHEN 'terminal' THEN s.state IN ('completed', 'failed', 'blocked', 'cancelled', 'evicted')
-        WHEN 'idle' THEN s.state = 'idle'
-        ELSE s.state = 'running' OR s.version > coalesce(c.version, 0)
-      END
+  AND (s.state = ANY($4::text[]) OR ($6::boolean AND s.version > coalesce(c.version, 0)))
 ORDER BY s.change_seq DESC
 LIMIT $5
 

@@ -5,10 +5,10 @@ SELECT * FROM session_summary WHERE session_id = $1
 
 -- name: active_turns
 SELECT runner_job_id, run_id, task_id, status FROM session_turn
-WHERE session_id = $1 AND status IN ('reserved', 'running')
+WHERE session_id = $1 AND status = ANY($2::text[])
 
 -- name: running_sessions
-SELECT session_id FROM session_summary WHERE state = 'running' ORDER BY change_seq LIMIT $1
+SELECT session_id FROM session_summary WHERE state = $2 ORDER BY change_seq LIMIT $1
 
 -- name: latest_turn
 SELECT runner_job_id, run_id, command_id, task_id, status FROM session_turn
@@ -20,7 +20,7 @@ WHERE command_id = $1
 
 -- name: expired_sessions
 SELECT session_id, conversation_id, pvc_name FROM session_summary
-WHERE storage_kind = 'volume' AND expires_at < $1 AND state <> 'running'
+WHERE storage_kind = $3 AND expires_at < $1 AND state <> $4
 ORDER BY expires_at LIMIT $2
 
 -- name: run_row

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.states import FailureKind
+
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The only PATH a runner or backend starts from; nothing is inherited."""
 
@@ -11,7 +13,7 @@ MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 class AssemblyFailure(Exception):
     """A step of assembly failed; ``kind`` is the SPEC 7 failure kind."""
 
-    def __init__(self, kind: str, message: str,
+    def __init__(self, kind: FailureKind, message: str,
                  details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.kind = kind

@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from ledger.errors import DomainError
+from ledger.states import FailureKind
 
 FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 K8sName = Annotated[str, Meta(min_length=1, max_length=253,
@@ -36,7 +37,7 @@ VOLUME_ROOT = "/home/svc/"
 class SchemaInvalid(DomainError):
     """The request uses a field or value the runtime assembly model forbids."""
 
-    code = "schema-invalid"
+    code: str = FailureKind.SCHEMA_INVALID
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

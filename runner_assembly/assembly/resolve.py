@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ledger.states import FailureKind
 from runner_assembly.assembly.defaults import RuntimeDefaults
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
@@ -160,11 +161,11 @@ class Resolver:
 
     def _checked(self, use: SecretUse) -> SecretUse:
         if use.namespace != self.namespace:
-            raise AssemblyFailure("tenant-policy-denied",
+            raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED,
                                   f"secret {use.name} is outside namespace {self.namespace}")
         missing = self.secrets.missing(use.namespace, use.name, use.keys)
         if missing:
-            raise AssemblyFailure("secret-unavailable",
+            raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                   f"secret {use.name} lacks keys: {', '.join(missing)}")
         return use
 
@@ -172,7 +173,7 @@ class Resolver:
         secret = PROFILE_SECRETS[profile]
         for ref in scope.providerCredentials:
             if ref.name != secret.name:
-                raise AssemblyFailure("tenant-policy-denied",
+                raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED,
                                       f"provider credential {ref.name} is not the secret of "
                                       f"{profile}; no other profile's secret is used")
         return self._checked(SecretUse(role="provider", projection="backend-home",
@@ -185,7 +186,7 @@ class Resolver:
         for credential in scope.toolCredentials:
             scoped = f"{credential.tool}/{credential.purpose}"
             if not isinstance(policy, msgspec.UnsetType) and scoped not in policy.toolCredentials:
-                raise AssemblyFailure("tenant-policy-denied",
+                raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED,
                                       f"tool credential {scoped} is not permitted for the tenant")
             projection = credential.projection
             env_name = getattr(projection, "envName", None)
@@ -207,7 +208,7 @@ class Resolver:
             return []
         added = [n for n in EXT_SSH_ENDPOINTS if self.defaults.extSshEndpoints.get(n)]
         if not added:
-            raise AssemblyFailure("schema-invalid", "ext-ssh needs one of "
+            raise AssemblyFailure(FailureKind.SCHEMA_INVALID, "ext-ssh needs one of "
                                   + ", ".join(EXT_SSH_ENDPOINTS) + " and none is configured")
         return added
 
@@ -218,13 +219,14 @@ class Resolver:
             if self.driver == "local":
                 return ImageResolution(source=None, environment_id=None, image=None,
                                        status="not-applicable")
-            raise AssemblyFailure("build-required", "no environment image source is configured")
+            raise AssemblyFailure(FailureKind.BUILD_REQUIRED,
+                                  "no environment image source is configured")
         identity = environment_id(source)
         built = next((b.image for b in self.defaults.images
                       if environment_id(b.source) == identity), None)
         if built is None and self.driver != "local":
-            raise AssemblyFailure("build-required", f"environment {identity} has no built "
-                                  "image and no controlled build was started")
+            raise AssemblyFailure(FailureKind.BUILD_REQUIRED, f"environment {identity} has no "
+                                  "built image and no controlled build was started")
         return ImageResolution(source=msgspec.to_builtins(source), environment_id=identity,
                                image=built, status="reused" if built else "not-applicable")
 

@@ -13,6 +13,7 @@ import random
 import signal
 from typing import Any
 
+from ledger.states import FailureKind
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -43,7 +44,7 @@ class FaultyDriver:
         """Create for real; then, for a fresh job, maybe pretend it timed out."""
         handle = await self.inner.create(spec)
         if not handle.adopted and self._random.random() < self._timeout_chance:
-            raise DriverError("infra-failed", "runner job creation timed out")
+            raise DriverError(FailureKind.INFRA_FAILED, "runner job creation timed out")
         return handle
 
     async def status(self, runner_job_id: str) -> JobStatus:

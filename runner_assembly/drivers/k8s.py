@@ -24,14 +24,12 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from ledger.states import FailureKind, JobState
 from runner_assembly.assembly import k8s_objects
 from runner_assembly.assembly.names import JOB_SPEC_KEY, job_name
 from runner_assembly.assembly.plan import RunnerJobPlan
 from runner_assembly.assembly.resolve import SessionVolume
 from runner_assembly.drivers.protocol import (
-    COMPLETED,
-    FAILED,
-    RUNNING,
     DriverError,
     JobHandle,
     JobSpec,
@@ -81,7 +79,7 @@ class KubernetesDriver:
         try:
             body = k8s_objects.job(plan)
         except ValueError as error:
-            raise DriverError("build-required", str(error)) from None
+            raise DriverError(FailureKind.BUILD_REQUIRED, str(error)) from None
         created, adopted = self._ensure("Job", body, self.batch.create_namespaced_job,
                                         self.batch.read_namespaced_job)
         secret = k8s_objects.per_job_secret(plan, created.metadata.uid, secret_data(spec))
@@ -99,13 +97,13 @@ class KubernetesDriver:
                                                 _request_timeout=timeout)), False
         except ApiException as error:
             if error.status != 409:
-                raise DriverError("infra-failed", f"kubernetes refused the {kind} "
+                raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes refused the {kind} "
                                   f"(HTTP {error.status})") from None
         try:
             return self._retrying(kind, partial(read, name, self.namespace,
                                                 _request_timeout=timeout)), True
         except ApiException as error:
-            raise DriverError("infra-failed", f"kubernetes could not read the {kind} "
+            raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not read the {kind} "
                               f"(HTTP {error.status})") from None
 
     def _retrying(self, kind: str, call: Callable[[], Any]) -> Any:
@@ -120,8 +118,8 @@ class KubernetesDriver:
             except urllib3.exceptions.HTTPError:
                 pass
             time.sleep(self.backoff_s * 2 ** attempt)
-        raise DriverError("infra-failed", f"kubernetes did not answer for the {kind} after "
-                          f"{self.attempts} attempts")
+        raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes did not answer for the {kind} "
+                          f"after {self.attempts} attempts")
 
     async def status(self, runner_job_id: str) -> JobStatus:
         """The Job's state: succeeded → completed, failed → failed, else running."""
@@ -134,17 +132,17 @@ class KubernetesDriver:
                                                    _request_timeout=self.request_timeout)
         except ApiException as error:
             if error.status == 404:
-                return JobStatus(FAILED, failure_kind="infra-failed",
+                return JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
                                  failure_message="the runner job vanished")
-            return JobStatus(RUNNING)  # unknown for now: ask again later
+            return JobStatus(JobState.RUNNING)  # unknown for now: ask again later
         except urllib3.exceptions.HTTPError:
-            return JobStatus(RUNNING)
+            return JobStatus(JobState.RUNNING)
         status = found.status
         if status is not None and status.succeeded:
-            return JobStatus(COMPLETED, exit_code=0)
+            return JobStatus(JobState.COMPLETED, exit_code=0)
         if status is not None and status.failed:
-            return JobStatus(FAILED, failure_message="the runner job's pod failed")
-        return JobStatus(RUNNING)
+            return JobStatus(JobState.FAILED, failure_message="the runner job's pod failed")
+        return JobStatus(JobState.RUNNING)
 
     async def ensure_volume(self, volume: dict[str, Any]) -> str:
         """Resolve or create the session's PVC; its phase (``Pending`` until bound)."""
@@ -167,7 +165,7 @@ class KubernetesDriver:
                 _request_timeout=self.request_timeout))
         except ApiException as error:
             if error.status != 404:
-                raise DriverError("infra-failed", f"kubernetes could not delete the "
+                raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not delete the "
                                   f"PersistentVolumeClaim (HTTP {error.status})") from None
 
     async def read_channel(self, runner_job_id: str, channel: str,
@@ -190,7 +188,7 @@ class KubernetesDriver:
                                              _request_timeout=self.request_timeout)
         except ApiException as error:
             if error.status != 404:
-                raise DriverError("infra-failed", f"kubernetes could not delete the Job "
+                raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not delete the Job "
                                   f"(HTTP {error.status})") from None
 
 
@@ -217,7 +215,7 @@ def api_client(host: str | None = None) -> k8s.ApiClient:
         try:
             config.load_kube_config()  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError):
-            raise DriverError("infra-failed", "no Kubernetes configuration: set "
+            raise DriverError(FailureKind.INFRA_FAILED, "no Kubernetes configuration: set "
                               "SVC_KUBERNETES_API, run in a cluster or provide a "
                               "kubeconfig") from None
     return k8s.ApiClient()

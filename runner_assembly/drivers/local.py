@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.assembly.names import (
     ASSEMBLY_FILE,
@@ -25,9 +26,6 @@ from runner_assembly.assembly.names import (
     STORAGE_FILE,
 )
 from runner_assembly.drivers.protocol import (
-    CANCELLED,
-    FAILED,
-    RUNNING,
     DriverError,
     JobHandle,
     JobSpec,
@@ -58,7 +56,7 @@ class LocalDriver:
         """The directory standing in for a session's persistent volume."""
         session_id = str(volume["sessionId"])
         if "/" in session_id or session_id.startswith("."):
-            raise DriverError("schema-invalid", "invalid session id")
+            raise DriverError(FailureKind.SCHEMA_INVALID, "invalid session id")
         return self.sessions_dir / session_id
 
     async def ensure_volume(self, volume: dict[str, Any]) -> str:
@@ -90,7 +88,7 @@ class LocalDriver:
     def job_dir(self, runner_job_id: str) -> Path:
         """The directory of one job."""
         if "/" in runner_job_id or runner_job_id.startswith("."):
-            raise DriverError("schema-invalid", "invalid runner job id")
+            raise DriverError(FailureKind.SCHEMA_INVALID, "invalid runner job id")
         return self.jobs_dir / runner_job_id
 
     async def create(self, spec: JobSpec) -> JobHandle:
@@ -127,7 +125,8 @@ class LocalDriver:
                     start_new_session=True, close_fds=True,
                 )
             except OSError as error:
-                raise DriverError("infra-failed", f"cannot start the runner: {error}") from None
+                raise DriverError(FailureKind.INFRA_FAILED,
+                                  f"cannot start the runner: {error}") from None
         (folder / "pid").write_text(str(process.pid))
         return process.pid
 
@@ -146,13 +145,13 @@ class LocalDriver:
             return _status_from(report, read_json(folder / ASSEMBLY_FILE))
         pid = self._pid(folder)
         if pid is not None and _alive(pid):
-            return JobStatus(RUNNING)
+            return JobStatus(JobState.RUNNING)
         report = read_json(folder / "status.json")  # it may have finished meanwhile
         if report is not None:
             return _status_from(report, read_json(folder / ASSEMBLY_FILE))
         if pid is None and folder.exists():
-            return JobStatus(RUNNING)  # being created
-        return JobStatus(FAILED, failure_kind="infra-failed",
+            return JobStatus(JobState.RUNNING)  # being created
+        return JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
                          failure_message="the runner process ended without reporting a status")
 
     async def cancel(self, runner_job_id: str) -> None:
@@ -164,19 +163,27 @@ class LocalDriver:
                 os.killpg(pid, signal.SIGTERM)
             _alive(pid)
         if folder.exists() and not (folder / "status.json").exists():
-            write_json_atomically(folder / "status.json", {"state": CANCELLED})
+            write_json_atomically(folder / "status.json", {"state": JobState.CANCELLED})
 
 
 def _status_from(report: dict[str, object], assembly: dict[str, object] | None) -> JobStatus:
     exit_code = report.get("exitCode")
     return JobStatus(
-        state=str(report.get("state", FAILED)),
+        state=_job_state(report.get("state")),
         exit_code=exit_code if isinstance(exit_code, int) else None,
         failure_kind=_text(report.get("failureKind")),
         failure_message=_text(report.get("failureMessage")),
         assembly=assembly if isinstance(assembly, dict) else None,
         thread_id=_text(report.get("threadId")),
     )
+
+
+def _job_state(value: object) -> JobState:
+    """The state a runner reported; anything unreadable counts as failed."""
+    try:
+        return JobState(str(value))
+    except ValueError:
+        return JobState.FAILED
 
 
 def _text(value: object) -> str | None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-RUNNING, COMPLETED, FAILED, BLOCKED, CANCELLED = (
-    "running", "completed", "failed", "blocked", "cancelled")
+from ledger.states import FailureKind, JobState
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class JobHandle:
 class JobStatus:
     """The runner job's state; terminal states carry the outcome."""
 
-    state: str
+    state: JobState
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
@@ -63,13 +62,13 @@ class JobStatus:
     @property
     def terminal(self) -> bool:
         """True once the job has finished one way or another."""
-        return self.state != RUNNING
+        return self.state != JobState.RUNNING
 
 
 class DriverError(Exception):
     """The driver could not do what was asked; ``kind`` is a SPEC 7 failure kind."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: FailureKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message

@@ -24,9 +24,15 @@ from ledger.events import AttemptReserved
 from ledger.ids import new_id
 from ledger.redaction import redact_text
 from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
+from ledger.states import (
+    AttemptStatus,
+    FailureKind,
+    JobState,
+    RunStatus,
+    attempt_outcome,
+    run_status_of,
+)
 from ledger.task import (
-    RESERVED,
-    RUNNING,
     AttemptIds,
     AttemptState,
     DispatchTask,
@@ -48,7 +54,6 @@ from runner_assembly.assembly.secret_store import FileSecretStore
 from runner_assembly.assembly.transient_env import check_transient_env
 from runner_assembly.drivers import faults
 from runner_assembly.drivers.protocol import (
-    CANCELLED,
     DriverError,
     JobSpec,
     JobStatus,
@@ -162,7 +167,7 @@ class Dispatcher:
         assert attempt is not None
         if outcome.events:
             faults.crash_after_reserve(self.settings.faults)
-        if attempt.state == RESERVED:
+        if attempt.state == AttemptStatus.RESERVED:
             await self.materialize(facts.task_id, attempt.attempt_id, facts, transient_env)
         return attempt.attempt_id
 
@@ -254,7 +259,7 @@ class Dispatcher:
             raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
         async with self.fence(row.run_id, attempt_id) as conn:
             state = await oq.attempt_state(self.pool, attempt_id)
-            if state != RESERVED:
+            if state != AttemptStatus.RESERVED:
                 return  # another caller finished it while we waited at the fence
             await self._create_run(task_id, attempt_id, row, facts)
             ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,
@@ -274,7 +279,7 @@ class Dispatcher:
                     await self._fail(task_id, attempt_id, kind, message)
                     return
                 if self.settings.retention and not await self._take_capacity(conn):
-                    await self._fail(task_id, attempt_id, "infra-failed",
+                    await self._fail(task_id, attempt_id, FailureKind.INFRA_FAILED,
                                      "runner capacity of the namespace is exhausted")
                     return
                 spec = self.job_spec(facts, row, plan, transient_env or {}, thread)
@@ -294,7 +299,7 @@ class Dispatcher:
                     task_id=task_id, prompt=facts.prompt)
             outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
         attempt = outcome.state.attempt(attempt_id)
-        if attempt is not None and attempt.state == CANCELLED:
+        if attempt is not None and attempt.state == AttemptStatus.CANCELLED:
             await self.cancel_job(row.run_id, row.runner_job_id)
 
     def job_spec(self, facts: TaskFacts, row: JobIdentity, plan: RunnerJobPlan,
@@ -342,13 +347,13 @@ class Dispatcher:
     async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
         """Write the core terminal state of the latest attempt back; None when nothing to do."""
         row = await oq.latest_attempt(self.pool, task_id)
-        if row is None or row.state != RUNNING:
+        if row is None or row.state != AttemptStatus.RUNNING:
             return None
         status = await self.driver.status(row.runner_job_id)
         if not status.terminal:
             return None
-        outcome = status.state if status.state != CANCELLED else "failed"
-        kind = status.failure_kind or ("runner-cancelled" if status.state == CANCELLED else None)
+        outcome, implied = attempt_outcome(status.state)
+        kind = status.failure_kind or implied
         message = bounded(status.failure_message) if status.failure_message else None
         finish = FinishAttempt(task_id, row.attempt_id, outcome, kind, message,
                                status.exit_code)
@@ -357,17 +362,17 @@ class Dispatcher:
         if status.assembly is not None:
             await self.writer.execute(RecordAssembly(row.run_id, status.assembly), ACTOR)
         await self.sessions.finish(row.session_id, row.runner_job_id, status)
-        await self.writer.execute(FinishRun(row.run_id, status.state, status.exit_code,
-                                            kind, message), ACTOR)
+        await self.writer.execute(FinishRun(row.run_id, run_status_of(status.state),
+                                            status.exit_code, kind, message), ACTOR)
         return await self.writer.execute(finish, ACTOR)
 
     async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
         """Stop a runner job and record the run (and its session turn) as cancelled."""
         await self.driver.cancel(runner_job_id)
-        await self.writer.execute(FinishRun(run_id, CANCELLED), ACTOR)
+        await self.writer.execute(FinishRun(run_id, RunStatus.CANCELLED), ACTOR)
         session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:
-            await self.sessions.finish(session_id, runner_job_id, JobStatus(CANCELLED))
+            await self.sessions.finish(session_id, runner_job_id, JobStatus(JobState.CANCELLED))
 
 
 def _session_id(facts: TaskFacts, ids: Ids) -> str:

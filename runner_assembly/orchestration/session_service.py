@@ -20,11 +20,12 @@ from ledger.ids import new_id
 from ledger.redaction import redact
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
+from ledger.states import FailureKind, JobState, StorageKind
 from projections import orchestration_queries as oq
 from projections.orchestration_queries import JobIdentity, RunBase
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids
-from runner_assembly.drivers.protocol import CANCELLED, DriverError, JobStatus
+from runner_assembly.drivers.protocol import DriverError, JobStatus
 from runner_assembly.orchestration.dispatch import Dispatcher, TaskFacts
 from runner_assembly.orchestration.session_turns import ACTOR
 
@@ -126,8 +127,8 @@ class SessionService:
             session = await self.turns.check_usable(session_id, run.backend_profile)
             if session is None:
                 raise NotFound(f"session {session_id} not found", sessionId=session_id)
-            thread = facts.thread(session.thread_id) if session.storage_kind == "volume" \
-                else None
+            volume = session.storage_kind == StorageKind.VOLUME
+            thread = facts.thread(session.thread_id) if volume else None
             command_id = command.command_id or new_id("cmd")
             ids = Ids(task_id=run.task_id, attempt_id=run.attempt_id,
                       run_id=command.run_id, command_id=command_id,
@@ -144,7 +145,7 @@ class SessionService:
             row = JobIdentity(runner_job_id=ids.runner_job_id, run_id=command.run_id,
                               session_id=session_id, backend_profile=run.backend_profile)
             spec = self.dispatcher.job_spec(facts, row, plan, command.transient_env, thread)
-            if session.storage_kind == "volume":
+            if volume:
                 await self.driver.ensure_volume(self.turns.volume(session_id,
                                                                   run.conversation_id))
             try:
@@ -181,7 +182,7 @@ class SessionService:
         for turn in await oq.active_turns(self.pool, session_id):
             await self.driver.cancel(turn.runner_job_id)
             await self.turns.finish(session_id, turn.runner_job_id, JobStatus(
-                CANCELLED, failure_kind="runner-cancelled",
+                JobState.CANCELLED, failure_kind=FailureKind.RUNNER_CANCELLED,
                 failure_message="cancelled through session control"))
 
     async def read(self, session_id: str, reader_id: str) -> None:

@@ -21,9 +21,6 @@ from ledger.database import DbConnection, advisory_lock
 from ledger.errors import InvalidTransition, SessionStoreEvicted
 from ledger.events import TurnFacts, VolumeSummary
 from ledger.session import (
-    EVICTED,
-    NO_STORAGE,
-    VOLUME,
     FinishTurn,
     OpenSession,
     RefreshStorage,
@@ -31,6 +28,7 @@ from ledger.session import (
     StartTurn,
     profile_mismatch,
 )
+from ledger.states import StorageKind, turn_status_of
 from ledger.writer import LedgerWriter
 from projections import orchestration_queries as oq
 from projections.session_summary import SessionRow, expires_after
@@ -96,7 +94,7 @@ class SessionTurns:
             return None
         if row.backend_profile != profile:
             raise profile_mismatch(session_id, row.backend_profile, profile)
-        if row.storage_kind == EVICTED:
+        if row.storage_kind == StorageKind.EVICTED:
             raise SessionStoreEvicted(f"session {session_id} was evicted: its volume is gone",
                                       sessionId=session_id)
         if await oq.active_turns(self.pool, session_id):
@@ -111,13 +109,13 @@ class SessionTurns:
         volume = self.volume(session_id, conversation_id) if persistent else None
         await self.writer.execute(OpenSession(
             session_id=session_id, conversation_id=conversation_id, backend_profile=profile,
-            storage_kind=VOLUME if persistent else NO_STORAGE,
+            storage_kind=StorageKind.VOLUME if persistent else StorageKind.NONE,
             pvc_name=volume["pvcName"] if volume else None, ttl_seconds=ttl,
             expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id),
             ACTOR)
         row = await self.row(session_id)
         assert row is not None
-        if row.storage_kind == VOLUME:
+        if row.storage_kind == StorageKind.VOLUME:
             await self.driver.ensure_volume(self.volume(session_id, row.conversation_id))
         return row
 
@@ -153,8 +151,8 @@ class SessionTurns:
         if summary is not None:
             await self.refresh_storage(session_id, summary)
         await self.writer.execute(FinishTurn(
-            session_id, runner_job_id, status.state, status.thread_id, status.failure_kind,
-            status.failure_message, status.exit_code), ACTOR)
+            session_id, runner_job_id, turn_status_of(status.state), status.thread_id,
+            status.failure_kind, status.failure_message, status.exit_code), ACTOR)
 
     async def refresh_storage(self, session_id: str, summary: dict[str, Any]) -> None:
         """Record a runner-written volume summary."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner import git
 from runner_assembly.runner.layout import Layout
@@ -70,7 +71,7 @@ def materialize(summary: dict[str, Any], layout: Layout,
                                          (top_url, commit))
         origin = git.inside(source, item["subpath"])
         if not origin.exists():
-            raise AssemblyFailure("bundle-unavailable",
+            raise AssemblyFailure(FailureKind.BUNDLE_UNAVAILABLE,
                                   f"bundle subpath {item['subpath']} does not exist")
         target = git.inside(layout.overlay, item["target_path"])
         _copy(origin, target)
@@ -161,7 +162,7 @@ def check_required_skills(result: Materialized, required: list[str]) -> None:
     available = sorted(s["name"] for s in result.skills)
     missing = [name for name in required if name not in available]
     if missing:
-        raise AssemblyFailure("required-skill-unavailable",
+        raise AssemblyFailure(FailureKind.REQUIRED_SKILL_UNAVAILABLE,
                               f"required skills missing: {', '.join(missing)}",
                               details={"required": required, "missing": missing,
                                        "available": available})

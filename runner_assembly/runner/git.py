@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
+from ledger.states import FailureKind
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 
 GIT_TIMEOUT_S = 300
@@ -32,7 +33,7 @@ def git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
                               text=True, timeout=GIT_TIMEOUT_S, env={**GIT_ENV, **(env or {})},
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise AssemblyFailure("infra-failed", f"git {args[0]} could not run: "
+        raise AssemblyFailure(FailureKind.INFRA_FAILED, f"git {args[0]} could not run: "
                               f"{type(error).__name__}") from None
     if done.returncode != 0:
         raise GitError(args[0], done.returncode)
@@ -43,7 +44,7 @@ class GitError(AssemblyFailure):
     """A git command failed; the message names the subcommand and exit code only."""
 
     def __init__(self, subcommand: str, code: int) -> None:
-        super().__init__("bundle-unavailable", f"git {subcommand} exited with {code}")
+        super().__init__(FailureKind.BUNDLE_UNAVAILABLE, f"git {subcommand} exited with {code}")
 
 
 @contextmanager
@@ -81,8 +82,8 @@ def resolve_commit(repo: Path, ref: str | None, branch: str | None) -> str:
                                f"{candidate}^{{commit}}", cwd=repo).strip()
                 except GitError:
                     continue
-            raise AssemblyFailure("bundle-unavailable", f"ref {wanted!r} not found in the "
-                                  "bundle repository")
+            raise AssemblyFailure(FailureKind.BUNDLE_UNAVAILABLE,
+                                  f"ref {wanted!r} not found in the bundle repository")
     return git("rev-parse", "--verify", "HEAD^{commit}", cwd=repo).strip()
 
 
@@ -93,10 +94,10 @@ def pinned(repo: Path, resolved: str, pin: str | None, explicit_ref: bool) -> st
     try:
         found = git("rev-parse", "--verify", "--quiet", f"{pin}^{{commit}}", cwd=repo).strip()
     except GitError:
-        raise AssemblyFailure("bundle-unavailable",
+        raise AssemblyFailure(FailureKind.BUNDLE_UNAVAILABLE,
                               f"pinned commit {pin} is not in the bundle repository") from None
     if explicit_ref and found != resolved:
-        raise AssemblyFailure("bundle-unavailable",
+        raise AssemblyFailure(FailureKind.BUNDLE_UNAVAILABLE,
                               f"ref resolves to {resolved}, not the pinned commit {pin}")
     return found
 
@@ -111,7 +112,7 @@ def check_symlinks(repo: Path, commit: str) -> None:
             continue
         target = git("cat-file", "blob", blob, cwd=repo)
         if not link_stays_inside(path, target):
-            raise AssemblyFailure("schema-invalid",
+            raise AssemblyFailure(FailureKind.SCHEMA_INVALID,
                                   f"bundle symlink {path} points outside the checkout")
 
 
@@ -139,5 +140,5 @@ def inside(root: Path, relative: str) -> Path:
     resolved_root = root.resolve()
     candidate = (resolved_root / relative).resolve()
     if candidate != resolved_root and resolved_root not in candidate.parents:
-        raise AssemblyFailure("schema-invalid", f"path {relative} leaves its root")
+        raise AssemblyFailure(FailureKind.SCHEMA_INVALID, f"path {relative} leaves its root")
     return candidate

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ledger.task import BLOCKED, BLOCKER_KINDS, CANCELLED, COMPLETED, FAILED
+from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import (
     ASSEMBLY_FILE,
@@ -64,7 +64,7 @@ def run(folder: Path) -> dict[str, Any]:
     except AssemblyFailure as failure:
         trace(folder, "assembly-failed", failureKind=failure.kind,
               steps=assembler.event["steps"])
-        return {"state": BLOCKED if failure.kind in BLOCKER_KINDS else FAILED,
+        return {"state": job_state_of_failure(failure.kind),
                 "failureKind": failure.kind, "failureMessage": failure.message}
     finally:
         write_json_atomically(folder / ASSEMBLY_FILE, assembler.bounded_event())
@@ -80,7 +80,7 @@ def run(folder: Path) -> dict[str, Any]:
             code = subprocess.call(spec["backend_command"], cwd=layout.workspace, stdin=stdin,
                                    stdout=stdout, stderr=stderr, env=launch.env)
     except OSError as error:
-        return {"state": FAILED, "failureKind": "infra-failed",
+        return {"state": JobState.FAILED, "failureKind": FailureKind.INFRA_FAILED,
                 "failureMessage": f"backend command could not start: {error.strerror}"}
     report = _outcome(layout, code)
     report["threadId"] = _thread(layout, spec.get("thread_id"))
@@ -94,12 +94,13 @@ def run(folder: Path) -> dict[str, Any]:
 def _outcome(layout: Layout, code: int) -> dict[str, Any]:
     blocker = layout.backend_home / BLOCKER_FILE
     if blocker.is_file():
-        return {"state": BLOCKED, "exitCode": code,
-                "failureKind": blocker.read_text().strip()[:64] or "infra-failed",
+        return {"state": JobState.BLOCKED, "exitCode": code,
+                "failureKind": blocker.read_text().strip()[:64] or FailureKind.INFRA_FAILED,
                 "failureMessage": "the backend reported a blocker"}
     if code == 0:
-        return {"state": COMPLETED, "exitCode": 0}
-    return {"state": FAILED, "exitCode": code, "failureMessage": f"backend exited with {code}"}
+        return {"state": JobState.COMPLETED, "exitCode": 0}
+    return {"state": JobState.FAILED, "exitCode": code,
+            "failureMessage": f"backend exited with {code}"}
 
 
 def _thread(layout: Layout, resumed: str | None) -> str | None:
@@ -115,7 +116,7 @@ def main() -> int:
     folder = Path(sys.argv[1])
 
     def on_term(signum: int, frame: object) -> None:
-        write_json_atomically(folder / "status.json", {"state": CANCELLED})
+        write_json_atomically(folder / "status.json", {"state": JobState.CANCELLED})
         os._exit(143)
 
     signal.signal(signal.SIGTERM, on_term)

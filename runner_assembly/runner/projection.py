@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.layout import Layout
 
@@ -34,7 +35,7 @@ class SecretSource:
             try:
                 shutil.copyfile(self.folder(use) / key, into / key)
             except FileNotFoundError:
-                raise AssemblyFailure("secret-unavailable",
+                raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                       f"secret {use['name']} lacks key {key}") from None
             os.chmod(into / key, mode)
 
@@ -43,7 +44,7 @@ class SecretSource:
         try:
             return (self.folder(use) / key).read_text().strip()
         except FileNotFoundError:
-            raise AssemblyFailure("secret-unavailable",
+            raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                   f"secret {use['name']} lacks key {key}") from None
 
 
@@ -85,6 +86,6 @@ def per_job_env(job_secret_dir: Path, names: list[str]) -> dict[str, str]:
         try:
             env[name] = (job_secret_dir / name).read_text()
         except FileNotFoundError:
-            raise AssemblyFailure("secret-unavailable",
+            raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                   f"per-job secret lacks {name}") from None
     return env

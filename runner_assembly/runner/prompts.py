@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.git import inside
 
@@ -35,7 +36,7 @@ def read_prompts(refs: list[dict[str, Any]], checkout: Path, *, new_thread: bool
                  "inject": ref.get("inject", "thread-start"), "required": required}
         if not path.is_file():
             if required:
-                raise AssemblyFailure("prompt-unavailable",
+                raise AssemblyFailure(FailureKind.PROMPT_UNAVAILABLE,
                                       f"required prompt {ref['name']} is missing at "
                                       f"{ref['path']}", details={"prompt": ref["name"]})
             entries.append({**entry, "sha256": None, "bytes": 0, "injected": False,
@@ -43,13 +44,13 @@ def read_prompts(refs: list[dict[str, Any]], checkout: Path, *, new_thread: bool
             continue
         data = path.read_bytes()
         if len(data) > max_bytes:
-            raise AssemblyFailure("prompt-too-large",
+            raise AssemblyFailure(FailureKind.PROMPT_TOO_LARGE,
                                   f"prompt {ref['name']} has {len(data)} bytes; the cap is "
                                   f"{max_bytes}", details={"prompt": ref["name"],
                                                            "bytes": len(data), "cap": max_bytes})
         total += len(data)
         if total > max_total:
-            raise AssemblyFailure("prompt-too-large",
+            raise AssemblyFailure(FailureKind.PROMPT_TOO_LARGE,
                                   f"prompts total more than the cap of {max_total} bytes",
                                   details={"cap": max_total})
         entries.append({**entry, "sha256": hashlib.sha256(data).hexdigest(),

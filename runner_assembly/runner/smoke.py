@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+from ledger.states import FailureKind
 from runner_assembly.assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
 from runner_assembly.assembly.failures import AssemblyFailure
 
@@ -15,6 +16,7 @@ def smoke_check(tools: list[str], path: str, tools_bundle: bool) -> list[dict[st
              for tool in wanted]
     missing = [str(t["name"]) for t in found if not t["found"]]
     if missing:
-        raise AssemblyFailure("infra-failed", f"smoke check: missing tools {', '.join(missing)}",
+        raise AssemblyFailure(FailureKind.INFRA_FAILED,
+                              f"smoke check: missing tools {', '.join(missing)}",
                               details={"missing": missing})
     return found
