@@ -24,6 +24,12 @@ changed the address):
   svc ledger replay --verify      # rebuild every projection from the ledger and compare
 OpenAPI document: {api}/api/v1/schema"""
 
+SANDBOX_BANNER = {
+    "bwrap": "local sandbox: bwrap (backends see only their own job)",
+    "off": "local sandbox: OFF (SVC_LOCAL_SANDBOX=off): backends run unsandboxed and can read "
+           "every secret and job under the data directory",
+}
+
 
 def ensure_demo_secret(data: Path) -> bool:
     """With the embedded defaults, give profile-1 a placeholder secret (reference backend
@@ -86,6 +92,8 @@ def serve(
     api = f"http://{host}:{port}"
     render.out(f"svc serving on {api} (database: {where}; migrations applied: "
                f"{', '.join(applied) or 'none pending'})")
+    if settings.sandbox is not None:
+        render.out(SANDBOX_BANNER[settings.sandbox])
     if server is not None and ensure_demo_secret(data_dir()):
         render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
                    "(reference backend only)")
