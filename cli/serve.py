@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -98,6 +99,7 @@ def serve(
         render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
                    "(reference backend only)")
     render.out(QUICK_START.format(api=api))
+    sys.stdout.flush()  # the banner reaches a log file now, not when the server stops
     configure_logging(os.environ.get("SVC_LOG_LEVEL", "INFO").upper())
     uvicorn.run(create_app(url, settings=settings), host=host, port=port, log_level="warning",
                 access_log=False, log_config=None)
