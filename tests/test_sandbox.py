@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,7 @@ async def test_a_hostile_backend_reads_nothing_outside_its_own_job(
     assert first["health"]["sandbox"] == "bwrap"
     (victim,) = job_dirs(RunnerSettings.from_env(data))
     secrets = data / "secrets"
+    private_tmp = Path("/tmp") / f"svc-sandbox-probe-{uuid.uuid4().hex}"
     probes = {
         "other-profile": ("read", str(secrets / "svc-v01" / other.name / other.keys[0])),
         "tool-secret": ("read", str(secrets / "svc-v01" / "tool-token" / "GIT_HOST_TOKEN")),
@@ -124,7 +126,7 @@ async def test_a_hostile_backend_reads_nothing_outside_its_own_job(
         "home": ("write", "../../home/probe.txt"),
         "backend-home": ("list", "../../home/.backend"),
         "session-volume": ("write", "../../home/.backend/sessions/probe.txt"),
-        "tmp": ("write", "/tmp/probe.txt"),
+        "tmp": ("write", str(private_tmp)),
     }
     monkeypatch.setenv("SVC_BACKEND_COMMAND_PROFILE_1",
                        " ".join(hostile_backend(tmp_path, probes)))
@@ -144,7 +146,7 @@ async def test_a_hostile_backend_reads_nothing_outside_its_own_job(
         assert seen[label] == "ok 'written by the backend'", (label, seen[label])
     assert len(seen["backend-home"].split()) >= 3, "the profile secret is in BACKEND_HOME"
     assert (data / "sessions" / "s_hostile" / "probe.txt").is_file()
-    assert not Path("/tmp/probe.txt").exists(), "the sandbox's /tmp is private"
+    assert not private_tmp.exists(), "the sandbox's /tmp is private"
     output = (job / "stdout.log").read_text() + (job / "stderr.log").read_text()
     for canary in (OTHER_PROFILE_CANARY, TOOL_CANARY, SERVER_CANARY):
         assert canary not in output

@@ -81,7 +81,11 @@ def python_paths() -> list[Path]:
         spec = importlib.util.find_spec(name)
         for location in (spec.submodule_search_locations or []) if spec else []:
             paths.add(Path(location).resolve())
-    return sorted(paths)
+    kept: list[Path] = []
+    for path in sorted(paths):  # a parent sorts before its children
+        if not _within(path, [Path("/usr"), *kept]):
+            kept.append(path)
+    return kept
 
 
 def command_files(command: Sequence[str]) -> list[Path]:
@@ -102,8 +106,7 @@ def job_mounts(spec: dict[str, Any], layout: Layout, volume_dir: Path | None) ->
         writable.append(volume_dir)
     readable = python_paths()
     readable += [path for path in command_files(spec["backend_command"])
-                 if not any(path.resolve().is_relative_to(p) for p in readable)
-                 and not path.resolve().is_relative_to("/usr")]
+                 if not _within(path.resolve(), [Path("/usr"), *readable])]
     if spec.get("resource_bin_path"):
         readable.append(Path(spec["resource_bin_path"]))
     tools = [layout.home_path(use["mountPath"]) for use in plan["secrets"]
@@ -122,6 +125,10 @@ def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path) -> list[
     args += _binds("--ro-bind", mounts.read_only_over)
     # bwrap sets PWD; ``env -u`` takes it away again: the environment is exactly the plan's.
     return [*args, "--chdir", str(cwd), "--", ENV, "-u", "PWD", *command]
+
+
+def _within(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
 
 
 def _binds(option: str, paths: Iterable[Path]) -> list[str]:
