@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CHECKOV := .venv-checkov/bin/checkov
 
-.PHONY: setup run test lint test-embedded test-pg15 bench clean
+.PHONY: setup bwrap run test lint test-embedded test-pg15 bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,13 @@ $(CHECKOV):
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/pip install --quiet 'checkov==3.3.30'
 
-setup: $(STAMP)
+# The local driver runs backends under bubblewrap: installed here when missing (as root).
+bwrap:
+	@bash scripts/ensure-bwrap.sh
 
-run: $(STAMP)
+setup: $(STAMP) bwrap
+
+run: $(STAMP) bwrap
 	$(BIN)/svc serve
 
 test: lint test-embedded test-pg15
@@ -29,10 +33,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test-embedded: $(STAMP) $(CHECKOV)
+test-embedded: $(STAMP) $(CHECKOV) bwrap
 	$(BIN)/pytest -q
 
-test-pg15: $(STAMP) $(CHECKOV)
+test-pg15: $(STAMP) $(CHECKOV) bwrap
 	bash scripts/with-pg15.sh $(BIN)/pytest -q
 
 bench: $(STAMP)

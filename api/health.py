@@ -20,7 +20,7 @@ async def health(state: State) -> wire.Health:
     """The service is up and its database answers."""
     return wire.Health(status="ok", version=VERSION, database="ok",
                        change_seq=await queries.high_water(state.pool),
-                       work_ready=work_ready_summary())
+                       work_ready=work_ready_summary(), sandbox=state.settings.sandbox)
 
 
 @get("/api/v1/ready", tags=["health"], responses=READ_ERRORS)

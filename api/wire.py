@@ -219,6 +219,8 @@ class Health(msgspec.Struct, rename="camel", kw_only=True):
     change_seq: int
     work_ready: JsonObject
     migrations: str | None = None
+    sandbox: str | None = None
+    """How local backends are confined: ``bwrap`` or ``off`` (None with Kubernetes)."""
 
 
 class ErrorBody(msgspec.Struct):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,12 @@ changed the address):
   svc queue list; svc queue stats; svc queue commander --reader-id me
   svc ledger replay --verify      # rebuild every projection from the ledger and compare
 OpenAPI document: {api}/api/v1/schema"""
+
+SANDBOX_BANNER = {
+    "bwrap": "local sandbox: bwrap (backends see only their own job)",
+    "off": "local sandbox: OFF (SVC_LOCAL_SANDBOX=off): backends run unsandboxed and can read "
+           "every secret and job under the data directory",
+}
 
 
 def ensure_demo_secret(data: Path) -> bool:
@@ -88,10 +95,13 @@ def serve(
     api = f"http://{host}:{port}"
     render.out(f"svc serving on {api} (database: {where}; migrations applied: "
                f"{', '.join(applied) or 'none pending'})")
+    if settings.sandbox is not None:
+        render.out(SANDBOX_BANNER[settings.sandbox])
     if server is not None and ensure_demo_secret(data_dir()):
         render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
                    "(reference backend only)")
     render.out(QUICK_START.format(api=api))
+    sys.stdout.flush()  # the banner reaches a log file now, not when the server stops
     configure_logging(os.environ.get("SVC_LOG_LEVEL", "INFO").upper())
     uvicorn.run(create_app(url, settings=settings), host=host, port=port, log_level="warning",
                 access_log=False, log_config=None)

@@ -42,6 +42,8 @@ class RunnerSettings:
     session_ttl_s: int = 7 * 24 * 3600
     session_gc_interval_ms: int = 5 * 60 * 1000
     session_sync_interval_ms: int = 1000
+    local_sandbox: str = "bwrap"
+    """``SVC_LOCAL_SANDBOX``: ``bwrap`` (local backends under bubblewrap) or ``off``."""
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:
@@ -78,7 +80,13 @@ class RunnerSettings:
             session_ttl_s=int(env.get("SVC_SESSION_TTL_S", str(7 * 24 * 3600))),
             session_gc_interval_ms=int(env.get("SVC_SESSION_GC_INTERVAL_MS", "300000")),
             session_sync_interval_ms=int(env.get("SVC_SESSION_SYNC_INTERVAL_MS", "1000")),
+            local_sandbox=env.get("SVC_LOCAL_SANDBOX") or "bwrap",
         )
+
+    @property
+    def sandbox(self) -> str | None:
+        """How local backends are confined (``bwrap`` or ``off``); None with Kubernetes."""
+        return self.local_sandbox if self.driver == "local" else None
 
     @property
     def secrets_dir(self) -> Path:

@@ -25,4 +25,4 @@ def make_driver(settings: RunnerSettings) -> RunnerDriver:
         return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
     from runner_assembly.drivers.local import LocalDriver
 
-    return LocalDriver(settings.jobs_dir, settings.sessions_dir)
+    return LocalDriver(settings.jobs_dir, settings.sessions_dir, settings.local_sandbox)

@@ -2,7 +2,9 @@
 
 Each job has a directory ``<data>/jobs/<runnerJobId>/`` created with an exclusive ``mkdir``,
 so a second create finds the first and adopts it. The child runs ``local_runner`` with an
-explicit minimal environment: nothing is inherited from the server.
+explicit minimal environment: nothing is inherited from the server. The secret root is an
+argument of the runner, not part of ``spec.json``; unless ``SVC_LOCAL_SANDBOX=off`` the
+runner starts the backend under bubblewrap (:mod:`runner_assembly.runner.sandbox`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
 )
 from runner_assembly.runner.jobfiles import read_json, write_json_atomically
+from runner_assembly.runner.sandbox import BWRAP, MODES, SandboxUnavailable, find_bwrap
 
 
 def write_job_secret(folder: Path, values: dict[str, str]) -> None:
@@ -48,9 +51,21 @@ class LocalDriver:
 
     name = "local"
 
-    def __init__(self, jobs_dir: Path, sessions_dir: Path) -> None:
+    def __init__(self, jobs_dir: Path, sessions_dir: Path, sandbox: str = BWRAP) -> None:
+        """``sandbox``: ``bwrap`` (refused with ``infra-failed`` when bwrap cannot run here)
+        or ``off``."""
         self.jobs_dir = jobs_dir
         self.sessions_dir = sessions_dir
+        if sandbox not in MODES:
+            raise DriverError(FailureKind.SCHEMA_INVALID, f"SVC_LOCAL_SANDBOX is {' or '.join(MODES)}, "
+                              f"not {sandbox!r}")
+        self.sandbox = sandbox
+        self.bwrap: str | None = None
+        if sandbox == BWRAP:
+            try:
+                self.bwrap = find_bwrap()
+            except SandboxUnavailable as error:
+                raise DriverError(FailureKind.INFRA_FAILED, str(error)) from None
 
     def volume_dir(self, volume: dict[str, Any]) -> Path:
         """The directory standing in for a session's persistent volume."""
@@ -106,21 +121,24 @@ class LocalDriver:
         if not (folder / "spec.json").exists():
             write_job_secret(folder / JOB_SECRET_DIR, spec.job_secret)
             public = spec.public()
+            public.pop("secret_root")  # the runner gets it as an argument: see _spawn
             volume = spec.plan.get("sessionVolume")
             if volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
             write_json_atomically(folder / "spec.json", public)
         pid = self._pid(folder)
         if pid is None:  # a create that crashed before starting the runner: start it now
-            pid = self._spawn(folder)
+            pid = self._spawn(folder, spec.secret_root)
         return JobHandle(self.name, spec.runner_job_id, f"pid:{pid}", adopted)
 
-    def _spawn(self, folder: Path) -> int:
+    def _spawn(self, folder: Path, secret_root: str) -> int:
         env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder)}
+        sandbox = ["--bwrap", self.bwrap] if self.bwrap else []
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "runner_assembly.runner.local", str(folder)],
+                    [sys.executable, "-m", "runner_assembly.runner.local", str(folder),
+                     "--secret-root", secret_root, *sandbox],
                     env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, close_fds=True,
                 )

@@ -1,6 +1,6 @@
 """The runner inside a local runner job (a child process of the local driver).
 
-    python -m runner_assembly.runner.local <job-dir>
+    python -m runner_assembly.runner.local <job-dir> --secret-root <dir> [--bwrap <path>]
 
 Runs the runner's assembly steps (:mod:`runner_assembly.runner.assemble`), writes the bounded
 assembly event to ``assembly.json``, runs the backend command in the workspace with the
@@ -9,10 +9,13 @@ prompt on standard input and an explicit environment, and reports the terminal s
 ``${BACKEND_HOME}/<rollout_subdir>``; after the backend the runner writes the volume summary
 to ``storage.json``. Runner events go to ``trace.jsonl``. Secret values are copied, never
 printed.
+The secret root comes as an argument, never in ``spec.json``; with ``--bwrap`` the backend
+runs in the job's sandbox (:mod:`runner_assembly.runner.sandbox`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -34,6 +37,7 @@ from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.jobfiles import write_json_atomically
 from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.projection import SecretSource
+from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume, summarize
 
 BLOCKER_FILE = ".svc-blocker"
@@ -49,15 +53,16 @@ def trace(folder: Path, kind: str, **fields: Any) -> None:
         handle.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def run(folder: Path) -> dict[str, Any]:
-    """Assemble the job in ``folder``, run its backend; return the status report."""
+def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, Any]:
+    """Assemble the job in ``folder``, run its backend (under ``bwrap`` when given); return
+    the status report."""
     spec = json.loads((folder / "spec.json").read_text())
     plan = spec["plan"]
     volume = plan["sessionVolume"] or {}
     layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"))
     if spec.get("volume_dir"):
         link_volume(layout, Path(spec["volume_dir"]))
-    assembler = Assembler(spec, layout, SecretSource(Path(spec["secret_root"])),
+    assembler = Assembler(spec, layout, SecretSource(secret_root),
                           folder / JOB_SECRET_DIR)
     try:
         launch = assembler.run()
@@ -72,12 +77,16 @@ def run(folder: Path) -> dict[str, Any]:
     (folder / "prompt.txt").write_text(launch.stdin)
     thread = plan.get("thread") or {}
     trace(folder, "backend-start", thread=thread.get("mode", "start"),
-          threadId=thread.get("threadId"))
+          threadId=thread.get("threadId"), sandbox="bwrap" if bwrap else "off")
+    command = spec["backend_command"] if bwrap is None else wrap(
+        bwrap, spec["backend_command"],
+        job_mounts(spec, layout, Path(spec["volume_dir"]) if spec.get("volume_dir") else None),
+        layout.workspace)
     try:
         with (folder / "prompt.txt").open("rb") as stdin, \
                 (folder / CHANNEL_FILES["output"]).open("wb") as stdout, \
                 (folder / "stderr.log").open("wb") as stderr:
-            code = subprocess.call(spec["backend_command"], cwd=layout.workspace, stdin=stdin,
+            code = subprocess.call(command, cwd=layout.workspace, stdin=stdin,
                                    stdout=stdout, stderr=stderr, env=launch.env)
     except OSError as error:
         return {"state": JobState.FAILED, "failureKind": FailureKind.INFRA_FAILED,
@@ -113,14 +122,19 @@ def _thread(layout: Layout, resumed: str | None) -> str | None:
 
 def main() -> int:
     """Entry point of the child process."""
-    folder = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(prog="runner_assembly.runner.local")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--secret-root", type=Path, required=True)
+    parser.add_argument("--bwrap", default=None)
+    args = parser.parse_args()
+    folder: Path = args.folder
 
     def on_term(signum: int, frame: object) -> None:
         write_json_atomically(folder / "status.json", {"state": JobState.CANCELLED})
         os._exit(143)
 
     signal.signal(signal.SIGTERM, on_term)
-    report = run(folder)
+    report = run(folder, args.secret_root, args.bwrap)
     if not (folder / "status.json").exists():
         write_json_atomically(folder / "status.json", report)
     return 0
