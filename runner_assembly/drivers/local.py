@@ -57,8 +57,8 @@ class LocalDriver:
         self.jobs_dir = jobs_dir
         self.sessions_dir = sessions_dir
         if sandbox not in MODES:
-            raise DriverError(FailureKind.SCHEMA_INVALID, f"SVC_LOCAL_SANDBOX is {' or '.join(MODES)}, "
-                              f"not {sandbox!r}")
+            raise DriverError(FailureKind.SCHEMA_INVALID,
+                              f"SVC_LOCAL_SANDBOX is {' or '.join(MODES)}, not {sandbox!r}")
         self.sandbox = sandbox
         self.bwrap: str | None = None
         if sandbox == BWRAP:
