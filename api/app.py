@@ -14,7 +14,7 @@ from litestar.openapi import OpenAPIConfig
 
 from api.attempt_routes import AttemptController
 from api.errors import handle_exception
-from api.health import VERSION, health, metrics, ready
+from api.health import health, metrics, ready
 from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
@@ -22,6 +22,7 @@ from api.run_routes import RunnerJobController
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
+from ledger.version import VERSION
 from ledger.writer import LedgerWriter
 from projections.store import project
 from runner_assembly.drivers import faults, make_driver

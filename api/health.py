@@ -9,10 +9,9 @@ from api import wire
 from api.errors import READ_ERRORS
 from ledger.errors import LedgerUnavailable
 from ledger.migrate import pending_migrations
+from ledger.version import VERSION
 from projections import queries
-from runner_assembly.assembly.capability import VERSION, work_ready_summary
-
-__all__ = ["VERSION", "health", "metrics", "ready"]
+from runner_assembly.assembly.capability import work_ready_summary
 
 
 @get("/api/v1/health", tags=["health"], responses=READ_ERRORS)
