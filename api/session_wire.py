@@ -12,7 +12,6 @@ from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
 from runner_assembly.assembly import model
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
-TTL = Annotated[int, Meta(ge=60, le=90 * 24 * 3600)]
 ThreadId = Annotated[str, Meta(min_length=1, max_length=128,
                                pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 

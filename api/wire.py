@@ -168,18 +168,6 @@ class AttemptList(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class Session(msgspec.Struct, rename="camel"):
-    """The identity of a session (the full session API comes later)."""
-
-    session_id: str
-    conversation_id: str
-    thread_id: str | None
-    state: str
-    backend_profile: str
-    latest_run_id: str
-    change_seq: int
-
-
 class TaskList(msgspec.Struct, rename="camel"):
     """A page of tasks with the changeSeq high-water mark to poll from."""
 
