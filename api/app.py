@@ -90,12 +90,16 @@ class Services:
         assert self._sessions is not None, "the app has not started"
         return self._sessions
 
+    def observed(self) -> Metrics:
+        """The app's metrics."""
+        return self.metrics
+
     def provide(self) -> dict[str, Provide]:
         """The app's dependencies, by parameter name."""
         return {"pool": Provide(self.pool, sync_to_thread=False),
                 "queue_api": Provide(self.queue_api, sync_to_thread=False),
                 "session_api": Provide(self.session_api, sync_to_thread=False),
-                "metrics": Provide(lambda: self.metrics, sync_to_thread=False)}
+                "metrics": Provide(self.observed, sync_to_thread=False)}
 
 
 def create_app(database_url: str, *, pool_size: int = 10,
