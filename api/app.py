@@ -9,23 +9,28 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 from litestar import Litestar
+from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from api.attempt_routes import AttemptController
 from api.errors import handle_exception
-from api.health import VERSION, health, metrics, ready
+from api.health import health, metrics, ready
 from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
 from api.run_routes import RunnerJobController
+from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
+from ledger.version import VERSION
 from ledger.writer import LedgerWriter
 from projections.store import project
 from runner_assembly.drivers import faults, make_driver
 from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.orchestration.queue_service import QueueService
 from runner_assembly.orchestration.session_service import SessionService
 from runner_assembly.settings import RunnerSettings
 
@@ -52,11 +57,63 @@ async def session_loop(sessions: SessionService, settings: RunnerSettings) -> No
             log.exception("session loop iteration failed")
 
 
+class Services:
+    """The typed services handlers receive; built when the app starts (pools need a loop)."""
+
+    def __init__(self, metrics: Metrics, settings: RunnerSettings) -> None:
+        self.metrics = metrics
+        self.settings = settings
+        self._pool: asyncpg.Pool | None = None
+        self._queue: QueueApi | None = None
+        self._sessions: SessionApi | None = None
+
+    def start(self, pool: asyncpg.Pool, settings: RunnerSettings,
+              dispatcher: Dispatcher) -> SessionService:
+        """Build the services on started pools; the session service, for the loop."""
+        sessions = SessionService(dispatcher)
+        self._pool = pool
+        self._queue = QueueApi(pool, settings, QueueService(dispatcher), self.metrics)
+        self._sessions = SessionApi(pool, settings, sessions)
+        return sessions
+
+    def pool(self) -> asyncpg.Pool:
+        """The read pool."""
+        assert self._pool is not None, "the app has not started"
+        return self._pool
+
+    def queue_api(self) -> QueueApi:
+        """Tasks, attempts and runner jobs."""
+        assert self._queue is not None, "the app has not started"
+        return self._queue
+
+    def session_api(self) -> SessionApi:
+        """Sessions and run commands."""
+        assert self._sessions is not None, "the app has not started"
+        return self._sessions
+
+    def observed(self) -> Metrics:
+        """The app's metrics."""
+        return self.metrics
+
+    def runner_settings(self) -> RunnerSettings:
+        """The runner configuration the app was built with."""
+        return self.settings
+
+    def provide(self) -> dict[str, Provide]:
+        """The app's dependencies, by parameter name."""
+        return {"pool": Provide(self.pool, sync_to_thread=False),
+                "queue_api": Provide(self.queue_api, sync_to_thread=False),
+                "session_api": Provide(self.session_api, sync_to_thread=False),
+                "metrics": Provide(self.observed, sync_to_thread=False),
+                "settings": Provide(self.runner_settings, sync_to_thread=False)}
+
+
 def create_app(database_url: str, *, pool_size: int = 10,
                settings: RunnerSettings | None = None) -> Litestar:
     """The API bound to one database; the pool, ledger writer and dispatcher live with it."""
     runner = settings or RunnerSettings.from_env(data_dir())
     observed = Metrics()
+    services = Services(observed, runner)
 
     async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry]) -> None:
         started = time.perf_counter()
@@ -73,12 +130,9 @@ def create_app(database_url: str, *, pool_size: int = 10,
         writer = LedgerWriter(writer_pool, project_and_measure)
         await writer.start()
         driver = faults.wrap(make_driver(runner), runner.faults)
-        app.state.pool, app.state.writer, app.state.settings = pool, writer, runner
-        app.state.metrics = observed
-        app.state.dispatcher = Dispatcher(pool, fence_pool, writer, driver, runner)
-        app.state.sessions = SessionService(app.state.dispatcher)
-        background = asyncio.create_task(session_loop(app.state.sessions, runner),
-                                         name="session-loop")
+        sessions = services.start(
+            pool, runner, Dispatcher(pool, fence_pool, writer, driver, runner))
+        background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
         try:
             yield
         finally:
@@ -93,6 +147,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         route_handlers=[QueueController, AttemptController, RunnerJobController,
                         SessionController, RunCommandController,
                         validate_manifest, health, ready, metrics],
+        dependencies=services.provide(),
         middleware=[middleware(observed)],
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},

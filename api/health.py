@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 from litestar import Response, get
-from litestar.datastructures import State
 
 from api import wire
 from api.errors import READ_ERRORS
+from api.params import MetricsDep, PoolDep, SettingsDep
 from ledger.errors import LedgerUnavailable
 from ledger.migrate import pending_migrations
+from ledger.version import VERSION
 from projections import queries
-from runner_assembly.assembly.capability import VERSION, work_ready_summary
-
-__all__ = ["VERSION", "health", "metrics", "ready"]
+from runner_assembly.assembly.capability import work_ready_summary
 
 
 @get("/api/v1/health", tags=["health"], responses=READ_ERRORS)
-async def health(state: State) -> wire.Health:
+async def health(pool: PoolDep, settings: SettingsDep) -> wire.Health:
     """The service is up and its database answers."""
     return wire.Health(status="ok", version=VERSION, database="ok",
-                       change_seq=await queries.high_water(state.pool),
-                       work_ready=work_ready_summary(), sandbox=state.settings.sandbox)
+                       change_seq=await queries.high_water(pool),
+                       work_ready=work_ready_summary(), sandbox=settings.sandbox)
 
 
 @get("/api/v1/ready", tags=["health"], responses=READ_ERRORS)
-async def ready(state: State) -> wire.Health:
+async def ready(pool: PoolDep) -> wire.Health:
     """Ready to serve: the database answers and every migration is applied."""
     try:
-        async with state.pool.acquire() as conn:
+        async with pool.acquire() as conn:
             pending = await pending_migrations(conn)
             change_seq = await queries.high_water(conn)
     except (OSError, LedgerUnavailable) as error:
@@ -40,7 +39,7 @@ async def ready(state: State) -> wire.Health:
 
 
 @get("/metrics", tags=["health"], include_in_schema=False)
-async def metrics(state: State) -> Response[bytes]:
+async def metrics(metrics: MetricsDep) -> Response[bytes]:
     """Prometheus metrics."""
-    return Response(content=state.metrics.render(),
+    return Response(content=metrics.render(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -7,13 +7,13 @@ import sys
 
 from cyclopts import App
 
-from api.health import VERSION
 from cli.admin import db_app, ledger_app
 from cli.manifest_cmd import manifest_app
 from cli.queue_cmd import queue_app
 from cli.runs_cmd import runs_app
 from cli.serve import serve
 from cli.sessions_cmd import sessions_app
+from ledger.version import VERSION
 
 app = App(
     name="svc",

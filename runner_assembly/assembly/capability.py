@@ -8,7 +8,8 @@ import shutil
 import subprocess
 from typing import Any
 
-VERSION = "0.1.0"
+from ledger.version import VERSION
+
 DEPENDENCY_POLICY = ("service dependencies are fixed at install time; runs never install "
                      "base tools")
 

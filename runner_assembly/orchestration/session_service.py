@@ -185,6 +185,19 @@ class SessionService:
                 JobState.CANCELLED, failure_kind=FailureKind.RUNNER_CANCELLED,
                 failure_message="cancelled through session control"))
 
+    @staticmethod
+    def preview_create(request: NewSession) -> dict[str, Any]:
+        """The dry-run plan of creating a session."""
+        return {"sessionId": request.session_id, "backendProfile": request.backend_profile,
+                "volume": "create or resolve", "valuesPrinted": False}
+
+    async def preview(self, name: str,
+                      command: CancelSession | MarkSessionRead) -> dict[str, Any]:
+        """The dry-run plan of a session command: the events it would append."""
+        outcome = await self.writer.plan(command)
+        return {"operation": name, "sessionId": command.session_id,
+                "events": [type(e).__name__ for e in outcome.events]}
+
     async def read(self, session_id: str, reader_id: str) -> None:
         """Advance a reader's cursor to the session's current version."""
         await self.writer.execute(MarkSessionRead(session_id, reader_id), ACTOR)

@@ -1,0 +1,296 @@
+"""The typed services the routes receive: orchestration calls and projection reads,
+answered as wire types. Built once when the app starts; handlers only parse and call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Response
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+from prometheus_client import Counter
+
+from api import session_wire as sw
+from api import views, wire
+from api.observability import Metrics
+from ledger import intake, session_lines
+from ledger.errors import DomainError, InvalidRequest, NotFound
+from ledger.session import CancelSession, MarkSessionRead
+from ledger.states import SessionFilter, SessionStatus
+from ledger.task import CancelTask, MarkTaskRead
+from projections import queries, session_queries
+from runner_assembly.assembly.capability import work_ready_summary
+from runner_assembly.orchestration.queue_service import ACTOR, Preview, QueueService
+from runner_assembly.orchestration.session_service import NewCommand, NewSession, SessionService
+from runner_assembly.settings import RunnerSettings
+
+DEFAULT_READER = "default"
+
+
+def dry_run(preview: Preview) -> wire.DryRun:
+    """The dry-run answer of a preview."""
+    return views.plan(preview.operation, preview.task_id, preview.before, preview.after,
+                      preview.events, **preview.extra)
+
+
+@contextmanager
+def counted(counter: Counter, dry_run: bool) -> Iterator[Callable[[str], None]]:
+    """Count one call by outcome: the attempt state it left, or the error code it raised."""
+    def outcome_of(label: str) -> None:
+        if not dry_run:
+            counter.labels(label).inc()
+
+    try:
+        yield outcome_of
+    except DomainError as error:
+        outcome_of(error.code)
+        raise
+
+
+class QueueApi:
+    """Tasks, attempts and runner jobs, as the queue and runs routes answer them."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: RunnerSettings, queue: QueueService,
+                 metrics: Metrics) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.queue = queue
+        self.metrics = metrics
+
+    async def task_detail(self, task_id: str,
+                          work_ready: dict[str, Any] | None = None) -> wire.TaskDetail:
+        """The task detail from the projections, or ``not-found``."""
+        found = await queries.get_task(self.pool, task_id)
+        if found is None:
+            raise NotFound(f"task {task_id} not found", taskId=task_id)
+        row, contract = found
+        return views.task_detail(row, contract, self.settings.timeout_budgets, work_ready)
+
+    async def submit(self, body: wire.SubmitBody,
+                     dry: bool) -> Response[wire.TaskDetail | wire.DryRun]:
+        """Store a validated task (201), or answer its dry run (200)."""
+        command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR)
+        preview = await self.queue.submit(command, dry)
+        if preview is not None:
+            return Response(dry_run(preview), status_code=HTTP_200_OK)
+        return Response(await self.task_detail(command.task_id),
+                        status_code=HTTP_201_CREATED)
+
+    async def cancel(self, task_id: str, reason: str | None,
+                     dry: bool) -> wire.TaskDetail | wire.DryRun:
+        """Cancel a task (stopping its running job), or answer the dry run."""
+        return await self._mutate("cancel", CancelTask(task_id, reason), dry)
+
+    async def read(self, task_id: str, reader_id: str,
+                   dry: bool) -> wire.TaskDetail | wire.DryRun:
+        """Advance a reader's cursor, or answer the dry run."""
+        return await self._mutate("read", MarkTaskRead(task_id, reader_id), dry)
+
+    async def _mutate(self, name: str, command: CancelTask | MarkTaskRead,
+                      dry: bool) -> wire.TaskDetail | wire.DryRun:
+        preview = await self.queue.mutate(name, command, dry)
+        if preview is not None:
+            return dry_run(preview)
+        return await self.task_detail(command.task_id)
+
+    async def list_tasks(self, queue: str | None, state: str | None, cursor: str | None,
+                         limit: int, updated_after: int | None) -> wire.TaskList:
+        """A page of tasks, newest first."""
+        page = await queries.list_tasks(self.pool, queue=queue, state=state,
+                                        cursor=cursor, limit=limit, updated_after=updated_after)
+        return views.task_list(page, self.settings.timeout_budgets)
+
+    async def stats(self, queue: str | None) -> wire.QueueStats:
+        """Task counts by queue, lane, state and backend profile."""
+        return views.queue_stats(queue, await queries.stats(self.pool, queue))
+
+    async def commander(self, queue: str | None, reader_id: str | None,
+                        limit: int) -> wire.CommanderView:
+        """The tasks needing attention first."""
+        result = await queries.commander(self.pool, queue=queue, reader_id=reader_id,
+                                         limit=limit)
+        return views.commander(queue, reader_id, result, self.settings.timeout_budgets)
+
+    async def dispatch(self, task_id: str, body: wire.DispatchBody,
+                       dry: bool) -> wire.TaskDetail | wire.DryRun:
+        """Dispatch the task (counted by outcome), or answer the dry run."""
+        dry = dry or body.dry_run
+        with counted(self.metrics.dispatches, dry) as outcome_of:
+            preview = await self.queue.dispatch(task_id, body.attempt_id,
+                                                dict(body.transient_env or {}), dry)
+            if preview is not None:
+                return dry_run(preview)
+            detail = await self.task_detail(task_id, work_ready_summary())
+            outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
+            return detail
+
+    async def refresh(self, task_id: str, dry: bool) -> wire.TaskDetail | wire.DryRun:
+        """Write the core run's terminal state back, or answer the dry run."""
+        detail = await self.task_detail(task_id)
+        result = await self.queue.refresh(task_id, dry, detail)
+        if isinstance(result, Preview):
+            return dry_run(result)
+        return await self.task_detail(task_id) if result else detail
+
+    async def attempts(self, task_id: str, cursor: int, limit: int) -> wire.AttemptList:
+        """The attempt history of a task, oldest first."""
+        detail = await self.task_detail(task_id)
+        page = await queries.list_attempts(self.pool, task_id, cursor=cursor, limit=limit)
+        items = [views.attempt(row, self.settings.timeout_budgets, detail.queue)
+                 for row in page.rows]
+        return wire.AttemptList(items=items, next_cursor=page.next_cursor,
+                                change_seq=page.high_water)
+
+    async def retry(self, task_id: str, body: wire.RetryBody,
+                    dry: bool) -> wire.Attempt | wire.DryRun:
+        """Retry under an idempotency key (counted by outcome), or answer the dry run."""
+        if dry or body.dry_run:
+            preview = await self.queue.retry(task_id, body.idempotency_key, body.reason, True)
+            assert isinstance(preview, Preview)
+            return dry_run(preview)
+        with counted(self.metrics.retries, False) as outcome_of:
+            attempt_id = await self.queue.retry(task_id, body.idempotency_key, body.reason,
+                                                False)
+            assert isinstance(attempt_id, str)
+            attempt = await self._attempt(attempt_id)
+            outcome_of(attempt.state)
+            return attempt
+
+    async def _attempt(self, attempt_id: str) -> wire.Attempt:
+        row = await queries.get_attempt(self.pool, attempt_id)
+        if row is None:
+            raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
+        found = await queries.get_task(self.pool, row.task_id)
+        queue = found[0].queue if found else ""
+        return views.attempt(row, self.settings.timeout_budgets, queue)
+
+    async def create_runner_job(self, run_id: str, body: wire.RunnerJobBody,
+                                dry: bool) -> wire.RunnerJob | wire.DryRun:
+        """Create (or adopt) a reserved run's runner job, or answer its dry run."""
+        preview = await self.queue.create_runner_job(run_id, dict(body.transient_env or {}),
+                                                     dry or body.dry_run)
+        if preview is not None:
+            return dry_run(preview)
+        return await self.runner_job(run_id)
+
+    async def runner_job(self, run_id: str) -> wire.RunnerJob:
+        """The runner-job view of a run, from its projection."""
+        row = await queries.get_run(self.pool, run_id)
+        if row is None:
+            raise NotFound(f"run {run_id} not found", runId=run_id)
+        return views.runner_job(row)
+
+
+class SessionApi:
+    """Sessions and the commands of runs, as the session routes answer them."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: RunnerSettings,
+                 sessions: SessionService) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.sessions = sessions
+
+    async def detail(self, session_id: str,
+                     reader_id: str = DEFAULT_READER) -> sw.SessionDetail:
+        """The session from its projections and line heads, or ``not-found``."""
+        row = await session_queries.get_session(self.pool, session_id, reader_id)
+        if row is None:
+            raise NotFound(f"session {session_id} not found", sessionId=session_id)
+        turns = await session_queries.recent_turns(self.pool, session_id)
+        output_seq = await session_lines.last_seq(self.pool, session_id, "output")
+        trace_seq = await session_lines.last_seq(self.pool, session_id, "trace")
+        return views.session_detail(row, turns, output_seq, trace_seq, reader_id)
+
+    async def create(self, body: sw.SessionCreateBody,
+                     dry: bool) -> Response[sw.SessionDetail | wire.DryRun]:
+        """Create a session and its volume (201), or answer the dry run (200)."""
+        request = NewSession(
+            session_id=body.session_id, conversation_id=body.conversation_id,
+            backend_profile=body.backend_profile or self.settings.default_profile,
+            run_base=msgspec.to_builtins(body.run_base) if body.run_base else {})
+        if dry:
+            return Response(wire.DryRun(mutation=False, plan=self.sessions.preview_create(
+                request)), status_code=HTTP_200_OK)
+        session_id = await self.sessions.create(request)
+        return Response(await self.detail(session_id), status_code=HTTP_201_CREATED)
+
+    async def index(self, state: SessionFilter, reader_id: str,
+                    backend_profile: str | None, cursor: str | None,
+                    limit: int) -> sw.SessionList:
+        """A page of sessions."""
+        page = await session_queries.list_sessions(
+            self.pool, state=state, reader_id=reader_id,
+            backend_profile=backend_profile, cursor=cursor, limit=limit)
+        return sw.SessionList([views.session_item(r) for r in page.rows],
+                              page.next_cursor, page.high_water)
+
+    async def show(self, session_id: str, reader_id: str) -> sw.SessionDetail:
+        """One session, after following its running turn."""
+        await self.sessions.sync(session_id)
+        return await self.detail(session_id, reader_id)
+
+    async def lines(self, session_id: str, channel: str, after_seq: int,
+                    limit: int) -> sw.LinePage:
+        """Output or trace lines after ``after_seq``, after following the running turn."""
+        await self.sessions.sync(session_id)
+        session = await session_queries.get_session(self.pool, session_id, DEFAULT_READER)
+        if session is None:
+            raise NotFound(f"session {session_id} not found", sessionId=session_id)
+        lines, last = await session_lines.page(self.pool, session_id, channel, after_seq,
+                                               limit)
+        return sw.LinePage(
+            session_id=session_id, channel=channel,
+            items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at)
+                   for line in lines],
+            next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
+            running=session.state == SessionStatus.RUNNING)
+
+    async def read(self, session_id: str, reader_id: str,
+                   dry: bool) -> sw.SessionDetail | wire.DryRun:
+        """Advance a reader's cursor, or answer the dry run."""
+        if dry:
+            return wire.DryRun(mutation=False, plan=await self.sessions.preview(
+                "read", MarkSessionRead(session_id, reader_id)))
+        await self.sessions.read(session_id, reader_id)
+        return await self.detail(session_id, reader_id)
+
+    async def cancel(self, session_id: str, reason: str | None,
+                     dry: bool) -> sw.SessionDetail | wire.DryRun:
+        """Stop the session's running turn, or answer the dry run."""
+        if dry:
+            return wire.DryRun(mutation=False, plan=await self.sessions.preview(
+                "cancel", CancelSession(session_id, reason)))
+        await self.sessions.cancel(session_id, reason)
+        return await self.detail(session_id)
+
+    async def refresh_storage(self, session_id: str,
+                              body: sw.StorageSummaryBody | None) -> sw.SessionDetail:
+        """Record a posted volume summary, or (None) the one the latest job wrote back."""
+        summary = None
+        if body is not None:
+            summary = msgspec.to_builtins(body)
+            if body.storage_updated_at is not None:
+                summary["storageUpdatedAt"] = body.storage_updated_at.isoformat()
+        await self.sessions.refresh_storage(session_id, summary)
+        return await self.detail(session_id)
+
+    async def add_command(self, run_id: str, body: sw.CommandBody,
+                          dry: bool) -> Response[sw.CommandResult | wire.DryRun]:
+        """Add a command (a turn) to a run: 201 when it started one, 200 when found."""
+        if body.command_id is not None and not body.command_id.startswith("cmd_"):
+            raise InvalidRequest("commandId must start with cmd_", field="commandId")
+        result = await self.sessions.add_command(NewCommand(
+            run_id=run_id, prompt=body.payload.prompt, thread_id=body.payload.thread_id,
+            command_id=body.command_id, transient_env=dict(body.transient_env or {})),
+            dry_run=dry)
+        if dry:
+            return Response(wire.DryRun(mutation=False, plan=result), status_code=HTTP_200_OK)
+        answer = sw.CommandResult(
+            session_id=result["sessionId"], run_id=result["runId"],
+            command_id=result["commandId"], runner_job_id=result["runnerJobId"],
+            thread_id=result["threadId"], resumed=result["resumed"], created=result["created"],
+            session_path=views.session_path(result["sessionId"]))
+        return Response(answer, status_code=HTTP_201_CREATED if answer.created else HTTP_200_OK)
