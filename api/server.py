@@ -8,7 +8,7 @@ import os
 import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -21,6 +21,12 @@ REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; chars
            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
            % (len(_REFUSED_TEXT), _REFUSED_TEXT))
 """What a connection over the cap receives before it is closed (no idle one to make room)."""
+
+_TIMED_OUT_TEXT = b"request not received in time"
+TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+             b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+             % (len(_TIMED_OUT_TEXT), _TIMED_OUT_TEXT))
+"""What a client that started a request but missed its deadline receives before the close."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class DeadlineProtocol(HttpToolsProtocol):
     registry: ClassVar[ConnectionRegistry]
     _deadline: asyncio.TimerHandle | None = None
     _counted = False
+    _phase: Literal["headers", "body"] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Count the connection, make room under the cap, and arm the header deadline."""
@@ -126,6 +133,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         """A request starts: its headers are due within the header deadline (a first
         request's deadline already runs from connection open)."""
         super().on_message_begin()
+        self._phase = "headers"
         if self._deadline is None:
             self._arm(self.limits.header_timeout_s)
 
@@ -134,11 +142,13 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._disarm()
         self.registry.waiting.pop(self, None)
         super().on_headers_complete()
+        self._phase = "body"
         self._arm(self.limits.body_timeout_s)
 
     def on_message_complete(self) -> None:
         """The whole request is in: no deadline until the next one starts."""
         super().on_message_complete()
+        self._phase = None
         self._disarm()
 
     def on_response_complete(self) -> None:
@@ -150,7 +160,7 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def _arm(self, seconds: int) -> None:
         self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._cut)
+        self._deadline = self.loop.call_later(seconds, self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -162,6 +172,21 @@ class DeadlineProtocol(HttpToolsProtocol):
             self._counted = False
             self.registry.open -= 1
             self.registry.waiting.pop(self, None)
+
+    def _expire(self) -> None:
+        """A deadline passed: answer 408 if a request was begun and nothing else is being
+        answered on this connection, then close it."""
+        if self._phase is not None and self._may_answer():
+            self.transport.write(TIMED_OUT)
+        self._cut()
+
+    def _may_answer(self) -> bool:
+        """No response is under way on the connection (pipelining, or an early answer)."""
+        if self.cycle is None:
+            return True
+        if self._phase == "headers":  # self.cycle is the previous request's
+            return self.cycle.response_complete
+        return not self.cycle.response_started
 
     def _cut(self) -> None:
         """Close the connection now (deadline passed, or room needed under the cap)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from api.server import raise_fd_limit
+from api.server import HttpSettings, connection_cap, raise_fd_limit
 from tests.conftest import SERVER_PIDS, running_api
 
 IDLE = 1000
@@ -20,6 +20,8 @@ KEPT_ALIVE = 100
 SLOW_BODIES = 200
 SLOWLORIS = 50
 KEEPALIVE_S, HEADER_S, BODY_S = 8, 10, 10
+CAP = 60
+"""The connection cap of the shutdown test's server."""
 SLACK_S = 6.0
 """How late a deadline may fire on a loaded machine (timers run on a busy event loop)."""
 
@@ -40,6 +42,7 @@ class Held:
         self.writer = writer
         self.since = time.monotonic()
         self.closed_at: float | None = None
+        self.received = b""
         self.watch: asyncio.Task[None] | None = None
 
     def start_watch(self) -> None:
@@ -48,8 +51,8 @@ class Held:
 
     async def _until_closed(self) -> None:
         try:
-            while await self.reader.read(65536):
-                pass
+            while data := await self.reader.read(65536):
+                self.received += data
         except OSError:
             pass
         self.closed_at = time.monotonic()
@@ -139,6 +142,9 @@ async def test_slow_clients_are_held_while_serving_then_closed_on_deadline(
                       f"(deadline {deadline} s): {len(group)}")
                 assert min(lifetimes) >= deadline - 0.5
                 assert max(lifetimes) <= deadline + SLACK_S
+            timed_out = {held.received[:12] for held in [*bodies, *loris]}
+            assert timed_out == {b"HTTP/1.1 408"}  # a begun request is told why
+            assert {held.received for held in [*silent, *kept]} == {b""}
             await _healthy(base, 3)
         finally:
             for held in everyone:
@@ -148,7 +154,7 @@ async def test_slow_clients_are_held_while_serving_then_closed_on_deadline(
 async def test_cap_makes_room_and_sigterm_cuts_a_stuck_client(database_url: str,
                                                                tmp_path: Path) -> None:
     grace = 2
-    env = {"SVC_HTTP_MAX_CONNECTIONS": "60", "SVC_HTTP_HEADER_TIMEOUT_S": "60",
+    env = {"SVC_HTTP_MAX_CONNECTIONS": str(CAP), "SVC_HTTP_HEADER_TIMEOUT_S": "60",
            "SVC_HTTP_BODY_TIMEOUT_S": "60", "SVC_SHUTDOWN_GRACE_S": str(grace)}
     async with running_api(database_url, tmp_path, env) as base:
         port = _port(base)
@@ -156,16 +162,23 @@ async def test_cap_makes_room_and_sigterm_cuts_a_stuck_client(database_url: str,
         idle = await _open(port, 100)
         for held in idle:
             held.start_watch()
-        stuck, finishing = await _open(port, 2, PARTIAL_BODY.replace(b"4000", b"%d"
-                                                                     % len(SUBMIT)))
+        submit_head = PARTIAL_BODY.replace(b"4000", b"%d" % len(SUBMIT))
+        stuck: list[Held] = []
+        finishing: Held | None = None
         try:
-            await _healthy(base, 3)  # over the cap: the oldest idle connections made room
+            await _healthy(base, 2)  # over the cap: the oldest idle connections made room
+            finishing, *stuck = await _open(port, CAP, submit_head)
             await asyncio.sleep(0.5)
-            assert sum(held.closed_at is None for held in idle) <= 60 - 2
+            assert all(held.closed_at is not None for held in idle)  # made room for the busy
+            refused = await _open(port, 1)  # every connection is busy: this one is refused
+            stuck.extend(refused)
+            answer = await asyncio.wait_for(refused[0].reader.read(), 5)
+            assert answer.startswith(b"HTTP/1.1 503"), answer
 
             os.kill(pid, signal.SIGTERM)
             signalled = time.monotonic()
             await asyncio.sleep(0.3)
+            assert finishing is not None
             finishing.writer.write(SUBMIT[len(b'{"tenantId"'):])
             head = await asyncio.wait_for(finishing.reader.readuntil(b"\r\n\r\n"), grace + 5)
             assert head.startswith(b"HTTP/1.1 201"), head  # in flight at SIGTERM: finished
@@ -178,9 +191,26 @@ async def test_cap_makes_room_and_sigterm_cuts_a_stuck_client(database_url: str,
             print(f"\nSIGTERM with a stuck client (partial body): exited after {took:.1f} s "
                   f"(grace {grace} s)")
             assert done, "svc serve still running"
-            assert took <= grace + 3
+            assert took <= grace + 4  # grace, then the app's own shutdown
             assert os.waitstatus_to_exitcode(status) in (0, -signal.SIGTERM)  # uvicorn re-raises
-            await asyncio.wait_for(stuck.reader.read(), 5)  # the stuck client was cut
+            for held in stuck:  # cut: connections closed
+                await asyncio.wait_for(held.reader.read(), 5)
         finally:
-            for held in [*idle, stuck, finishing]:
+            for held in [*idle, *stuck, *([finishing] if finishing else [])]:
                 held.close()
+
+
+def test_settings_and_cap() -> None:
+    assert HttpSettings.from_env({}) == HttpSettings()
+    assert HttpSettings.from_env({"SVC_SHUTDOWN_GRACE_S": "3"}).shutdown_grace_s == 3
+    for bad in ("0", "-1", "soon"):
+        try:
+            HttpSettings.from_env({"SVC_HTTP_BODY_TIMEOUT_S": bad})
+        except ValueError as error:
+            assert "SVC_HTTP_BODY_TIMEOUT_S" in str(error)
+        else:
+            raise AssertionError(bad)
+    assert connection_cap(4096, 1024) == 768  # the default 1,024 fds: a quarter stays free
+    assert connection_cap(4096, 65536) == 4096
+    assert connection_cap(100, 300) == 44
+    assert raise_fd_limit() >= 1024
