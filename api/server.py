@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -91,7 +92,7 @@ class ConnectionRegistry:
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.open = 0
-        self.waiting: dict[DeadlineProtocol, None] = {}
+        self.waiting: OrderedDict[DeadlineProtocol, None] = OrderedDict()
 
 
 class DeadlineProtocol(HttpToolsProtocol):
@@ -155,8 +156,8 @@ class DeadlineProtocol(HttpToolsProtocol):
         """When the connection goes idle, it becomes the newest waiting one."""
         super().on_response_complete()
         if self.timeout_keep_alive_task is not None and self._counted:
-            self.registry.waiting.pop(self, None)
             self.registry.waiting[self] = None
+            self.registry.waiting.move_to_end(self)
 
     def _arm(self, seconds: int) -> None:
         self._disarm()
