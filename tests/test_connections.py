@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
+import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 
 from api.server import HttpSettings, connection_cap, raise_fd_limit
-from tests.conftest import SERVER_PIDS, running_api
+from tests.conftest import SERVER_PIDS, free_port, running_api, svc_executable
+from tests.support import write_profile_secret
 
 IDLE = 1000
 """Idle connections: most never send a byte, the rest stay open after one request."""
@@ -197,6 +202,56 @@ async def test_cap_makes_room_and_sigterm_cuts_a_stuck_client(database_url: str,
             assert cut <= {b"HTTP/1.1 500", b"HTTP/1.1 503", b""}, cut  # cut and closed
         finally:
             for held in [*idle, *stuck, *([finishing] if finishing else [])]:
+                held.close()
+
+
+@asynccontextmanager
+async def _serve_with_fds(database_url: str, workdir: Path, fds: int) -> AsyncIterator[str]:
+    """``svc serve`` whose soft and hard limits on open files are both ``fds``."""
+    port = free_port()
+    write_profile_secret(workdir / "data")
+    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
+           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data")}
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (fds, fds))
+
+    base = f"http://127.0.0.1:{port}"
+    with (workdir / "serve.log").open("w") as log:
+        process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,
+                                   stderr=log, preexec_fn=limit)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    await _healthy(base, 1)
+                    break
+                except (httpx.HTTPError, AssertionError):
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError((workdir / "serve.log").read_text()) from None
+                    await asyncio.sleep(0.1)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(15)
+
+
+async def test_idle_connections_beyond_the_fd_limit_do_not_block_requests(
+        database_url: str, tmp_path: Path) -> None:
+    """The issue's case: 1,100 idle connections against 1,024 descriptors."""
+    async with _serve_with_fds(database_url, tmp_path, 1024) as base:
+        idle = await _open(_port(base), 1100)
+        for held in idle:
+            held.start_watch()
+        try:
+            await _healthy(base, 5)
+            await asyncio.sleep(0.3)
+            still_open = sum(held.closed_at is None for held in idle)
+            print(f"\n1,100 idle connections, 1,024 fds: {still_open} kept open, "
+                  "the oldest closed to make room; health answered 200")
+            assert still_open <= connection_cap(4096, 1024)
+        finally:
+            for held in idle:
                 held.close()
 
 
