@@ -71,6 +71,7 @@ def serve(
 
     from api.app import create_app
     from api.observability import configure_logging
+    from api.server import HttpSettings, uvicorn_options
     from ledger.database import data_dir, resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
@@ -80,7 +81,8 @@ def serve(
         settings = RunnerSettings.from_env(data_dir())
         if settings.driver in DRIVERS:
             make_driver(settings)  # fail now, clearly, not in the middle of startup
-    except (DefaultsError, DriverError) as error:
+        http = HttpSettings.from_env()
+    except (DefaultsError, DriverError, ValueError) as error:
         render.error("invalid-request", str(error))
         return 2
     if settings.driver not in DRIVERS:
@@ -104,5 +106,5 @@ def serve(
     sys.stdout.flush()  # the banner reaches a log file now, not when the server stops
     configure_logging(os.environ.get("SVC_LOG_LEVEL", "INFO").upper())
     uvicorn.run(create_app(url, settings=settings), host=host, port=port, log_level="warning",
-                access_log=False, log_config=None)
+                access_log=False, log_config=None, **uvicorn_options(http))
     return 0

@@ -1,0 +1,216 @@
+"""The HTTP server's settings and deadlines: keep-alive, header and body deadlines, a
+connection cap kept below the file-descriptor limit, and a bounded graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+FD_RESERVE_MIN = 256
+"""File descriptors always left to the database pool, logs and runner jobs (at least this
+many, and at least a quarter of the limit)."""
+
+_REFUSED_TEXT = b"too many open connections"
+REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+           b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+           % (len(_REFUSED_TEXT), _REFUSED_TEXT))
+"""What a connection over the cap receives before it is closed (no idle one to make room)."""
+
+_TIMED_OUT_TEXT = b"request not received in time"
+TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+             b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+             % (len(_TIMED_OUT_TEXT), _TIMED_OUT_TEXT))
+"""What a client that started a request but missed its deadline receives before the close."""
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Connection limits of ``svc serve``, in whole seconds (see README)."""
+
+    keepalive_s: int = 5
+    header_timeout_s: int = 10
+    body_timeout_s: int = 30
+    max_connections: int = 4096
+    shutdown_grace_s: int = 10
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HttpSettings:
+        """Settings from ``SVC_HTTP_*`` and ``SVC_SHUTDOWN_GRACE_S``; unset means default."""
+        env = os.environ if env is None else env
+        default = cls()
+
+        def number(name: str, fallback: int) -> int:
+            text = env.get(name) or str(fallback)
+            try:
+                value = int(text)
+            except ValueError:
+                value = 0
+            if value < 1:
+                raise ValueError(f"{name} must be a positive whole number, not {text!r}")
+            return value
+
+        return cls(
+            keepalive_s=number("SVC_HTTP_KEEPALIVE_S", default.keepalive_s),
+            header_timeout_s=number("SVC_HTTP_HEADER_TIMEOUT_S", default.header_timeout_s),
+            body_timeout_s=number("SVC_HTTP_BODY_TIMEOUT_S", default.body_timeout_s),
+            max_connections=number("SVC_HTTP_MAX_CONNECTIONS", default.max_connections),
+            shutdown_grace_s=number("SVC_SHUTDOWN_GRACE_S", default.shutdown_grace_s),
+        )
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard limit where allowed; returns the soft
+    limit in force afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 65536
+
+
+def connection_cap(requested: int, fd_limit: int) -> int:
+    """The connection cap in force: ``requested``, but well below ``fd_limit``."""
+    reserve = max(FD_RESERVE_MIN, fd_limit // 4)
+    return max(1, min(requested, fd_limit - reserve))
+
+
+class ConnectionRegistry:
+    """The connections of one server: how many are open, and which are waiting for a
+    request (idle or still sending headers), oldest first."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open = 0
+        self.waiting: OrderedDict[DeadlineProtocol, None] = OrderedDict()
+
+
+class DeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a header deadline (from connection open, then
+    from the start of each later request), a body deadline (from the end of the headers),
+    and a connection cap that closes the oldest waiting connection to make room.
+
+    Timers are armed per connection and per request, never per chunk of data."""
+
+    limits: ClassVar[HttpSettings]
+    registry: ClassVar[ConnectionRegistry]
+    _deadline: asyncio.TimerHandle | None = None
+    _counted = False
+    _phase: Literal["headers", "body"] | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Count the connection, make room under the cap, and arm the header deadline."""
+        super().connection_made(transport)
+        registry = self.registry
+        registry.open += 1
+        self._counted = True
+        if registry.open > registry.cap:
+            oldest = next(iter(registry.waiting), None)
+            if oldest is None:
+                transport.write(REFUSED)
+                self._cut()
+                return
+            oldest._cut()
+        registry.waiting[self] = None
+        self._arm(self.limits.header_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Forget the connection."""
+        self._disarm()
+        self._release()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        """A request starts: its headers are due within the header deadline (a first
+        request's deadline already runs from connection open)."""
+        super().on_message_begin()
+        self._phase = "headers"
+        if self._deadline is None:
+            self._arm(self.limits.header_timeout_s)
+
+    def on_headers_complete(self) -> None:
+        """Headers are in: the connection is busy, and the body is due within its deadline."""
+        self._disarm()
+        self.registry.waiting.pop(self, None)
+        super().on_headers_complete()
+        self._phase = "body"
+        self._arm(self.limits.body_timeout_s)
+
+    def on_message_complete(self) -> None:
+        """The whole request is in: no deadline until the next one starts."""
+        super().on_message_complete()
+        self._phase = None
+        self._disarm()
+
+    def on_response_complete(self) -> None:
+        """When the connection goes idle, it becomes the newest waiting one."""
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None and self._counted:
+            self.registry.waiting[self] = None
+            self.registry.waiting.move_to_end(self)
+
+    def _arm(self, seconds: int) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.registry.open -= 1
+            self.registry.waiting.pop(self, None)
+
+    def _expire(self) -> None:
+        """A deadline passed: answer 408 if a request was begun and nothing else is being
+        answered on this connection, then close it."""
+        if self._phase is not None and self._may_answer():
+            self.transport.write(TIMED_OUT)
+        self._cut()
+
+    def _may_answer(self) -> bool:
+        """No response is under way on the connection (pipelining, or an early answer)."""
+        if self.cycle is None:
+            return True
+        if self._phase == "headers":  # self.cycle is the previous request's
+            return self.cycle.response_complete
+        return not self.cycle.response_started
+
+    def _cut(self) -> None:
+        """Close the connection now (deadline passed, or room needed under the cap)."""
+        self._disarm()
+        self._release()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_class(settings: HttpSettings, cap: int) -> type[DeadlineProtocol]:
+    """A protocol class for one server, bound to its settings and its own registry."""
+
+    class ServerProtocol(DeadlineProtocol):
+        limits = settings
+        registry = ConnectionRegistry(cap)
+
+    return ServerProtocol
+
+
+def uvicorn_options(settings: HttpSettings) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.run``: our protocol, the keep-alive timeout and the
+    shutdown grace. Raises the process's soft fd limit first."""
+    cap = connection_cap(settings.max_connections, raise_fd_limit())
+    return {"http": protocol_class(settings, cap), "ws": "none",
+            "timeout_keep_alive": settings.keepalive_s,
+            "timeout_graceful_shutdown": settings.shutdown_grace_s}
