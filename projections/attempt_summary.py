@@ -14,7 +14,7 @@ from ledger.events import (
     TaskCancelled,
 )
 from ledger.streams import RecordedEntry
-from ledger.task import CANCELLED, RESERVED, RUNNING
+from ledger.task import attempt_state_after
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -53,12 +53,10 @@ def attempt_id_of(entry: RecordedEntry) -> str | None:
 def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
     """Fold one task-stream entry into the row of the attempt it concerns."""
     event, at, seq = entry.event, entry.recorded_at, entry.change_seq
-    kind = type(event)
-    if kind is AttemptReserved:
-        assert isinstance(event, AttemptReserved)
+    if isinstance(event, AttemptReserved):
         return AttemptRow(
             attempt_id=event.attempt_id, task_id=entry.stream_id,
-            retry_index=event.retry_index, state=RESERVED,
+            retry_index=event.retry_index, state=str(attempt_state_after(None, event)),
             idempotency_key=event.idempotency_key, reason=event.reason,
             previous_attempt_id=event.previous_attempt_id, run_id=event.run_id,
             command_id=event.command_id, runner_job_id=event.runner_job_id,
@@ -68,24 +66,21 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         )
     if row is None:
         return None
-    if kind is AttemptMaterialized:
-        return msgspec.structs.replace(row, state=RUNNING, failure_kind=None,
+    state = attempt_state_after(row.state, event)
+    if isinstance(event, AttemptMaterialized):
+        return msgspec.structs.replace(row, state=state, failure_kind=None,
                                        failure_message=None, started_at=at,
                                        change_seq=seq, updated_at=at)
-    if kind is AttemptMaterializationFailed:
-        assert isinstance(event, AttemptMaterializationFailed)
-        return msgspec.structs.replace(row, state=event.attempt_state,
-                                       failure_kind=event.failure_kind,
+    if isinstance(event, AttemptMaterializationFailed):
+        return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
                                        change_seq=seq, updated_at=at)
-    if kind is AttemptFinished:
-        assert isinstance(event, AttemptFinished)
-        return msgspec.structs.replace(row, state=event.outcome,
-                                       failure_kind=event.failure_kind,
+    if isinstance(event, AttemptFinished):
+        return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
                                        exit_code=event.exit_code, finished_at=at,
                                        change_seq=seq, updated_at=at)
-    if kind is TaskCancelled and row.state in (RESERVED, RUNNING):
-        return msgspec.structs.replace(row, state=CANCELLED, finished_at=at,
+    if isinstance(event, TaskCancelled) and state != row.state:
+        return msgspec.structs.replace(row, state=state, finished_at=at,
                                        change_seq=seq, updated_at=at)
     return row
