@@ -99,13 +99,16 @@ def test_dispatch_of_a_task_that_is_not_pending_is_refused(state: object, hint: 
 
 
 def test_commands_on_a_missing_task_or_attempt_are_not_found() -> None:
-    for command in (DispatchTask(TASK, ids(0)), RetryTask(TASK, "k", "r", ids(0)),
-                    MaterializeAttempt(TASK, "att_0")):
+    missing_task: list[TaskCommand] = [DispatchTask(TASK, ids(0)),
+                                       RetryTask(TASK, "k", "r", ids(0)),
+                                       MaterializeAttempt(TASK, "att_0")]
+    for command in missing_task:
         with pytest.raises(NotFound):
             decide(None, command)
-    for command in (MaterializeAttempt(TASK, "att_x"),
-                    FailMaterialization(TASK, "att_x", "infra-failed", "m"),
-                    FinishAttempt(TASK, "att_x", "completed")):
+    missing_attempt: list[TaskCommand] = [
+        MaterializeAttempt(TASK, "att_x"), FinishAttempt(TASK, "att_x", "completed"),
+        FailMaterialization(TASK, "att_x", "infra-failed", "m")]
+    for command in missing_attempt:
         with pytest.raises(NotFound):
             decide(running(), command)
 
