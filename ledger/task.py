@@ -322,12 +322,11 @@ def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     assert isinstance(event, TASK_CHANGING_EVENTS)
     attempts = state.attempts
     if isinstance(event, AttemptReserved):
+        ids = AttemptIds(event.attempt_id, event.run_id, event.command_id,
+                         event.runner_job_id, event.session_id, event.backend_profile)
         attempts = (*attempts, AttemptState(
             event.attempt_id, event.retry_index, str(attempt_state_after(None, event)),
-            event.idempotency_key,
-            event.reason, ids=AttemptIds(event.attempt_id, event.run_id, event.command_id,
-                                         event.runner_job_id, event.session_id,
-                                         event.backend_profile)))
+            event.idempotency_key, event.reason, ids=ids))
     concerned = state.latest if isinstance(event, TaskCancelled) \
         else state.attempt(getattr(event, "attempt_id", ""))
     if concerned is not None:
