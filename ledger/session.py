@@ -49,6 +49,8 @@ class ReserveTurn(_OnSession, frozen=True):
     """Fix a turn's run, command, runner job and thread before the job exists."""
 
     turn: TurnFacts
+    backend_profile: str | None = None
+    """The profile the turn runs under, when the caller checks it (a switch is refused)."""
 
 
 class StartTurn(_OnSession, frozen=True):
@@ -60,7 +62,8 @@ class StartTurn(_OnSession, frozen=True):
 
 
 class FinishTurn(_OnSession, frozen=True):
-    """The turn ended (or could not start)."""
+    """The turn ended (or could not start: then the decision state forgets it, so the same
+    runner job may be reserved again when its attempt is resumed)."""
 
     runner_job_id: str
     status: TurnStatus
@@ -106,8 +109,8 @@ class SessionState(msgspec.Struct, frozen=True):
     storage_kind: StorageKind
     version: int
     thread_id: str | None = None
-    turns: dict[str, TurnStatus] = {}
-    """runner job id -> turn status."""
+    turns: dict[str, str] = {}
+    """runner job id -> turn status (turns that ended without starting are left out)."""
     cursors: dict[str, int] = {}
 
     def active_turn(self) -> str | None:
@@ -171,17 +174,26 @@ def _open(state: SessionState | None, command: OpenSession) -> list[SessionEvent
     return [SessionOpened(**msgspec.structs.asdict(command))]
 
 
-def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
-    if command.turn.runner_job_id in state.turns:
-        return []
+def refuse_new_turn(state: SessionState, backend_profile: str | None = None,
+                    runner_job_id: str | None = None) -> None:
+    """Raise why a turn may not start in the session: it belongs to another profile, its
+    volume was evicted, or another turn than ``runner_job_id``'s is in progress."""
+    if backend_profile is not None and state.backend_profile != backend_profile:
+        raise profile_mismatch(state.session_id, state.backend_profile, backend_profile)
     if state.storage_kind == StorageKind.EVICTED:
         raise SessionStoreEvicted(f"session {state.session_id} was evicted: its volume is gone",
                                   sessionId=state.session_id)
     active = state.active_turn()
-    if active is not None:
+    if active is not None and active != runner_job_id:
         raise InvalidTransition("the session already has a turn in progress (a session "
                                 "volume has a single writer)", sessionId=state.session_id,
                                 runnerJobId=active)
+
+
+def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
+    if command.turn.runner_job_id in state.turns:
+        return []
+    refuse_new_turn(state, command.backend_profile)
     return [SessionTurnReserved(**msgspec.structs.asdict(command.turn))]
 
 
@@ -201,8 +213,11 @@ def evolve(state: SessionState | None, event: SessionEvent) -> SessionState:
         return msgspec.structs.replace(state, turns={**state.turns,
                                                      event.runner_job_id: TurnStatus.RUNNING})
     if isinstance(event, SessionTurnFinished):
+        turns = {**state.turns, event.runner_job_id: event.status}
+        if state.turns.get(event.runner_job_id) == TurnStatus.RESERVED:
+            del turns[event.runner_job_id]  # it never started: its job may be reserved again
         return msgspec.structs.replace(state, thread_id=event.thread_id or state.thread_id,
-                                       turns={**state.turns, event.runner_job_id: event.status})
+                                       turns=turns)
     if isinstance(event, SessionEvicted):
         return msgspec.structs.replace(state, storage_kind=StorageKind.EVICTED)
     return state

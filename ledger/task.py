@@ -123,6 +123,8 @@ class AttemptState(msgspec.Struct, frozen=True):
     idempotency_key: str | None
     reason: str | None
     failure_kind: str | None = None
+    ids: AttemptIds | None = None
+    """The identities the reservation fixed (run, command, runner job, session, profile)."""
 
 
 class TaskState(msgspec.Struct, frozen=True):
@@ -239,7 +241,7 @@ def _progress(
     if isinstance(command, FailMaterialization):
         if attempt.state != AttemptStatus.RESERVED:
             return []
-        attempt_state, _ = after_materialization_failure(state.state, command.failure_kind)
+        attempt_state = after_materialization_failure(state.state, command.failure_kind)
         return [AttemptMaterializationFailed(attempt.attempt_id, command.failure_kind,
                                              command.failure_message, attempt_state)]
     if attempt.state != AttemptStatus.RUNNING:
@@ -250,61 +252,83 @@ def _progress(
                             command.failure_message, command.exit_code)]
 
 
-def failure_state(kind: str) -> TaskStatus:
-    """The task state a failure kind leads to."""
-    return TaskStatus.BLOCKED if kind in BLOCKER_KINDS else TaskStatus.FAILED
+def after_materialization_failure(task_state: TaskStatus, kind: str) -> AttemptStatus:
+    """The attempt state ``decide`` records when a runner job could not be created.
 
-
-def after_materialization_failure(task_state: TaskStatus,
-                                  kind: str) -> tuple[AttemptStatus, TaskStatus]:
-    """(attempt state, task state) after a runner job could not be created.
-
-    On dispatch (the task is pending) a blocker blocks the attempt and the task; any other
-    failure leaves the attempt reserved so that dispatching again resumes it. On retry the
-    attempt stays reserved and the task keeps its state (SPEC 4.3 rules 6.8, 6.9).
+    On dispatch (the task is pending) a blocker blocks the attempt (and so the task); any
+    other failure leaves the attempt reserved so that dispatching again resumes it. On retry
+    the attempt stays reserved and the task keeps its state (SPEC 4.3 rules 6.8, 6.9).
     """
     if task_state == TaskStatus.PENDING and kind in BLOCKER_KINDS:
-        return AttemptStatus.BLOCKED, TaskStatus.BLOCKED
-    return AttemptStatus.RESERVED, task_state
+        return AttemptStatus.BLOCKED
+    return AttemptStatus.RESERVED
 
 
-def _with_attempt(task: TaskState, attempt_id: str, **changes: Any) -> tuple[AttemptState, ...]:
-    return tuple(msgspec.structs.replace(a, **changes) if a.attempt_id == attempt_id else a
-                 for a in task.attempts)
+OPEN_ATTEMPT = frozenset({AttemptStatus.RESERVED, AttemptStatus.RUNNING})
+"""Attempt states a cancel closes."""
+
+
+def task_state_after(task_state: TaskStatus, event: TaskEvent) -> TaskStatus:
+    """The task's state after one of its events: the rule every task fold applies."""
+    match event:
+        case TaskSubmitted():
+            return TaskStatus.PENDING
+        case TaskCancelled():
+            return TaskStatus.CANCELLED
+        case AttemptMaterialized():
+            return TaskStatus.RUNNING
+        case AttemptMaterializationFailed(attempt_state=attempt_state):
+            return TaskStatus.BLOCKED if attempt_state == AttemptStatus.BLOCKED else task_state
+        case AttemptFinished(outcome=outcome):
+            return task_status_after(outcome)
+        case _:
+            return task_state
+
+
+def attempt_state_after(attempt_state: AttemptStatus | None,
+                        event: TaskEvent) -> AttemptStatus | None:
+    """The state of the attempt an event concerns (a cancel: the task's latest attempt)
+    after the event: the rule every attempt fold applies."""
+    match event:
+        case AttemptReserved():
+            return AttemptStatus.RESERVED
+        case AttemptMaterialized():
+            return AttemptStatus.RUNNING
+        case AttemptMaterializationFailed(attempt_state=failed_state):
+            return failed_state
+        case AttemptFinished(outcome=outcome):
+            return outcome
+        case TaskCancelled() if attempt_state in OPEN_ATTEMPT:
+            return AttemptStatus.CANCELLED
+        case _:
+            return attempt_state
 
 
 def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     """Fold one event into the decision state."""
     if isinstance(event, TaskSubmitted):
-        return TaskState(task_id=event.task_id, state=TaskStatus.PENDING, version=1)
+        return TaskState(task_id=event.task_id, state=task_state_after(TaskStatus.PENDING, event),
+                         version=1)
     assert state is not None, "event before task-submitted"
     if isinstance(event, TaskReadCursorAdvanced):
         return msgspec.structs.replace(state, cursors={**state.cursors,
                                                        event.reader_id: event.version})
     assert isinstance(event, TASK_CHANGING_EVENTS)
-    state = msgspec.structs.replace(state, version=state.version + 1)
-    if isinstance(event, TaskCancelled):
-        latest = state.latest
-        attempts = state.attempts
-        if latest is not None and latest.state in (AttemptStatus.RESERVED, AttemptStatus.RUNNING):
-            attempts = _with_attempt(state, latest.attempt_id, state=AttemptStatus.CANCELLED)
-        return msgspec.structs.replace(state, state=TaskStatus.CANCELLED, attempts=attempts)
+    attempts = state.attempts
     if isinstance(event, AttemptReserved):
-        attempt = AttemptState(event.attempt_id, event.retry_index, AttemptStatus.RESERVED,
-                               event.idempotency_key, event.reason)
-        return msgspec.structs.replace(state, attempts=(*state.attempts, attempt))
-    if isinstance(event, AttemptMaterialized):
-        attempts = _with_attempt(state, event.attempt_id, state=AttemptStatus.RUNNING,
-                                 failure_kind=None)
-        return msgspec.structs.replace(state, state=TaskStatus.RUNNING, attempts=attempts)
-    if isinstance(event, AttemptMaterializationFailed):
-        attempt_state, task_state = after_materialization_failure(state.state,
-                                                                  event.failure_kind)
-        attempts = _with_attempt(state, event.attempt_id, state=attempt_state,
-                                 failure_kind=event.failure_kind)
-        return msgspec.structs.replace(state, state=task_state, attempts=attempts)
-    assert isinstance(event, AttemptFinished)
-    attempts = _with_attempt(state, event.attempt_id, state=event.outcome,
-                             failure_kind=event.failure_kind)
-    return msgspec.structs.replace(state, state=task_status_after(event.outcome),
-                                   attempts=attempts)
+        ids = AttemptIds(event.attempt_id, event.run_id, event.command_id,
+                         event.runner_job_id, event.session_id, event.backend_profile)
+        attempts = (*attempts, AttemptState(
+            event.attempt_id, event.retry_index, AttemptStatus.RESERVED,
+            event.idempotency_key, event.reason, ids=ids))
+    concerned = state.latest if isinstance(event, TaskCancelled) \
+        else state.attempt(getattr(event, "attempt_id", ""))
+    if concerned is not None:
+        changes: dict[str, Any] = {"state": attempt_state_after(concerned.state, event)}
+        if isinstance(event, AttemptMaterialized | AttemptMaterializationFailed
+                      | AttemptFinished):
+            changes["failure_kind"] = getattr(event, "failure_kind", None)
+        attempts = tuple(msgspec.structs.replace(a, **changes)
+                         if a.attempt_id == concerned.attempt_id else a for a in attempts)
+    return msgspec.structs.replace(state, version=state.version + 1, attempts=attempts,
+                                   state=task_state_after(state.state, event))

@@ -15,6 +15,7 @@ from ledger.events import (
 )
 from ledger.states import AttemptStatus
 from ledger.streams import RecordedEntry
+from ledger.task import attempt_state_after
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -53,9 +54,7 @@ def attempt_id_of(entry: RecordedEntry) -> str | None:
 def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
     """Fold one task-stream entry into the row of the attempt it concerns."""
     event, at, seq = entry.event, entry.recorded_at, entry.change_seq
-    kind = type(event)
-    if kind is AttemptReserved:
-        assert isinstance(event, AttemptReserved)
+    if isinstance(event, AttemptReserved):
         return AttemptRow(
             attempt_id=event.attempt_id, task_id=entry.stream_id,
             retry_index=event.retry_index, state=AttemptStatus.RESERVED,
@@ -68,24 +67,21 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         )
     if row is None:
         return None
-    if kind is AttemptMaterialized:
-        return msgspec.structs.replace(row, state=AttemptStatus.RUNNING, failure_kind=None,
+    state = attempt_state_after(row.state, event)
+    if isinstance(event, AttemptMaterialized):
+        return msgspec.structs.replace(row, state=state, failure_kind=None,
                                        failure_message=None, started_at=at,
                                        change_seq=seq, updated_at=at)
-    if kind is AttemptMaterializationFailed:
-        assert isinstance(event, AttemptMaterializationFailed)
-        return msgspec.structs.replace(row, state=event.attempt_state,
-                                       failure_kind=event.failure_kind,
+    if isinstance(event, AttemptMaterializationFailed):
+        return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
                                        change_seq=seq, updated_at=at)
-    if kind is AttemptFinished:
-        assert isinstance(event, AttemptFinished)
-        return msgspec.structs.replace(row, state=event.outcome,
-                                       failure_kind=event.failure_kind,
+    if isinstance(event, AttemptFinished):
+        return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
                                        exit_code=event.exit_code, finished_at=at,
                                        change_seq=seq, updated_at=at)
-    if kind is TaskCancelled and row.state in (AttemptStatus.RESERVED, AttemptStatus.RUNNING):
-        return msgspec.structs.replace(row, state=AttemptStatus.CANCELLED, finished_at=at,
+    if isinstance(event, TaskCancelled) and state != row.state:
+        return msgspec.structs.replace(row, state=state, finished_at=at,
                                        change_seq=seq, updated_at=at)
     return row

@@ -131,6 +131,14 @@ def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
         created_at=entry.recorded_at, started_at=None, finished_at=None)
 
 
+def _reserved_again(first: TurnRow, turn: TurnRow) -> TurnRow:
+    """A turn reserved again keeps its first facts (as the live upsert keeps its columns)."""
+    return msgspec.structs.replace(turn, task_id=first.task_id, thread_id=first.thread_id,
+                                   prompt_sha256=first.prompt_sha256,
+                                   prompt_bytes=first.prompt_bytes,
+                                   created_at=first.created_at)
+
+
 def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
     """Fold one entry (after ``session-opened``) into the session row."""
     event: Any = entry.event
@@ -198,6 +206,8 @@ def fold_entry(sessions: dict[str, SessionRow], turns: dict[str, TurnRow],
         return
     if isinstance(event, SessionTurnReserved):
         turn = _turn_reserved(event, entry)
+        if turn_id in turns:  # reserved again: its first reservation never got a job
+            turn = _reserved_again(turns[turn_id], turn)
     else:
         turn = evolve_turn(turns[turn_id], entry)
     turns[turn_id] = changes.turns[turn_id] = turn

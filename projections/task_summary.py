@@ -16,9 +16,9 @@ from ledger.events import (
     TaskReadCursorAdvanced,
     TaskSubmitted,
 )
-from ledger.states import AttemptStatus, TaskStatus, task_status_after
+from ledger.states import TaskStatus
 from ledger.streams import RecordedEntry
-from ledger.task import after_materialization_failure
+from ledger.task import attempt_state_after, task_state_after
 
 SESSION_PATH = "/api/v1/sessions/{}"
 
@@ -58,7 +58,8 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
         return TaskSummaryRow(
             task_id=event.task_id, tenant_id=event.tenant_id, project_id=event.project_id,
             queue=event.queue, lane=event.lane, title=event.title, priority=event.priority,
-            state=TaskStatus.PENDING, backend_profile=event.backend_profile,
+            state=task_state_after(TaskStatus.PENDING, event),
+            backend_profile=event.backend_profile,
             summary="submitted; waiting for dispatch", version=1, change_seq=entry.change_seq,
             payload_hash=event.payload_hash, latest_attempt=None,
             session_path=None, creator=event.creator, created_at=entry.recorded_at,
@@ -67,21 +68,18 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     if row is None or kind is TaskReadCursorAdvanced:
         return row
     changed = {"version": row.version + 1, "change_seq": entry.change_seq,
-               "updated_at": entry.recorded_at}
-    attempt = row.latest_attempt
+               "updated_at": entry.recorded_at, "state": task_state_after(row.state, event)}
     if kind is TaskCancelled:
         assert isinstance(event, TaskCancelled)
         summary = f"cancelled: {event.reason}" if event.reason else "cancelled"
-        if attempt is not None and attempt["state"] in (AttemptStatus.RESERVED,
-                                                                AttemptStatus.RUNNING):
-            attempt = {**attempt, "state": AttemptStatus.CANCELLED}
-        return msgspec.structs.replace(row, state=TaskStatus.CANCELLED, summary=summary,
-                                       latest_attempt=attempt, **changed)
+        return msgspec.structs.replace(row, summary=summary,
+                                       latest_attempt=_latest(row, event), **changed)
     if kind is AttemptReserved:
         assert isinstance(event, AttemptReserved)
         attempt = {
             "attemptId": event.attempt_id, "retryIndex": event.retry_index,
-            "state": AttemptStatus.RESERVED, "runId": event.run_id, "commandId": event.command_id,
+            "state": attempt_state_after(None, event), "runId": event.run_id,
+            "commandId": event.command_id,
             "runnerJobId": event.runner_job_id, "sessionId": event.session_id,
             "sessionPath": SESSION_PATH.format(event.session_id),
             "failureKind": None, "failureMessage": None,
@@ -90,27 +88,32 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             row, latest_attempt=attempt, session_path=attempt["sessionPath"],
             summary=f"attempt {event.retry_index} reserved; creating its runner job",
             **changed)
-    assert attempt is not None, "attempt event before task-attempt-reserved"
+    assert row.latest_attempt is not None, "attempt event before task-attempt-reserved"
     if kind is AttemptMaterialized:
-        attempt = {**attempt, "state": AttemptStatus.RUNNING, "failureKind": None,
-                   "failureMessage": None}
-        return msgspec.structs.replace(row, state=TaskStatus.RUNNING, latest_attempt=attempt,
-                                       summary=f"running (attempt {attempt['retryIndex']})",
-                                       **changed)
+        return msgspec.structs.replace(
+            row, latest_attempt=_latest(row, event, failureKind=None, failureMessage=None),
+            summary=f"running (attempt {row.latest_attempt['retryIndex']})", **changed)
     if kind is AttemptMaterializationFailed:
         assert isinstance(event, AttemptMaterializationFailed)
-        attempt_state, state = after_materialization_failure(row.state, event.failure_kind)
-        attempt = {**attempt, "state": attempt_state, "failureKind": event.failure_kind,
-                   "failureMessage": event.failure_message}
         return msgspec.structs.replace(
-            row, state=state, latest_attempt=attempt,
+            row, latest_attempt=_latest(row, event, failureKind=event.failure_kind,
+                                        failureMessage=event.failure_message),
             summary=f"runner job not created: {event.failure_kind}", **changed)
     assert isinstance(event, AttemptFinished)
-    attempt = {**attempt, "state": event.outcome, "failureKind": event.failure_kind,
-               "failureMessage": event.failure_message}
     detail = event.failure_kind or (f"exit code {event.exit_code}"
                                     if event.exit_code else "")
     summary = event.outcome + (f": {detail}" if detail else "")
-    return msgspec.structs.replace(row, state=task_status_after(event.outcome),
-                                   latest_attempt=attempt,
-                                   summary=summary, **changed)
+    return msgspec.structs.replace(
+        row, latest_attempt=_latest(row, event, failureKind=event.failure_kind,
+                                    failureMessage=event.failure_message),
+        summary=summary, **changed)
+
+
+def _latest(row: TaskSummaryRow, event: Any, **fields: Any) -> dict[str, Any] | None:
+    """The latest attempt after an event: changed only when the event concerns it (a cancel
+    concerns the latest attempt; an attempt event, the attempt it names)."""
+    attempt = row.latest_attempt
+    if attempt is None or getattr(event, "attempt_id", attempt["attemptId"]) != \
+            attempt["attemptId"]:
+        return attempt
+    return {**attempt, "state": attempt_state_after(attempt["state"], event), **fields}

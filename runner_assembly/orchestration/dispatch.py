@@ -32,6 +32,7 @@ from ledger.states import (
     attempt_outcome,
     run_status_of,
 )
+from ledger.streams import TASK_STREAM
 from ledger.task import (
     AttemptIds,
     AttemptState,
@@ -45,7 +46,7 @@ from ledger.task import (
 )
 from ledger.writer import LedgerWriter, Outcome
 from projections import orchestration_queries as oq
-from projections.orchestration_queries import AttemptIdentity, JobIdentity
+from projections.orchestration_queries import JobIdentity
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
@@ -59,7 +60,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
     RunnerDriver,
 )
-from runner_assembly.orchestration.session_turns import SessionTurns, choose_thread
+from runner_assembly.orchestration.session_turns import SessionTurns, choose_thread, folded
 from runner_assembly.settings import RunnerSettings
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,11 @@ class Dispatcher:
                          contract["payload"]["prompt"], contract.get("resourceBundleRef"),
                          contract.get("sessionRef"), contract)
 
+    async def task_state(self, task_id: str) -> TaskState | None:
+        """The task's decision state, from its ledger stream."""
+        state: TaskState | None = await folded(self.pool, TASK_STREAM, task_id)
+        return state
+
     def _new_ids(self, facts: TaskFacts, attempt_id: str | None) -> AttemptIds:
         session_ref = facts.session_ref or {}
         session_id = session_ref.get("sessionId") if isinstance(session_ref, dict) else None
@@ -173,11 +179,16 @@ class Dispatcher:
 
     async def check_session(self, facts: TaskFacts) -> None:
         """Refuse, before anything is reserved, a task whose session belongs to another
-        profile, was evicted, or is running a turn."""
+        profile, was evicted, or is running a turn (other than that of the task's reserved
+        attempt, which dispatching again resumes)."""
         if facts.persistent_session:
             assert facts.session_ref is not None
+            task = await self.task_state(facts.task_id)
+            latest = task.latest if task is not None else None
+            resumed = latest.ids.runner_job_id if latest is not None and latest.ids \
+                and latest.state == AttemptStatus.RESERVED else None
             await self.sessions.check_usable(facts.session_ref["sessionId"],
-                                             facts.backend_profile)
+                                             facts.backend_profile, resumed)
 
     async def session_thread(self, facts: TaskFacts, session_id: str) -> str | None:
         """The thread a turn of this task in ``session_id`` would resume."""
@@ -254,12 +265,15 @@ class Dispatcher:
                           transient_env: dict[str, str] | None = None) -> None:
         """Create the attempt's run and runner job (or adopt them); record the outcome."""
         facts = facts or await self.facts(task_id)
-        row = await oq.attempt_identity(self.pool, attempt_id)
-        if row is None:
+        task = await self.task_state(task_id)
+        reserved = task.attempt(attempt_id) if task is not None else None
+        if reserved is None or reserved.ids is None:
             raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
+        row = reserved.ids
         async with self.fence(row.run_id, attempt_id) as conn:
-            state = await oq.attempt_state(self.pool, attempt_id)
-            if state != AttemptStatus.RESERVED:
+            task = await self.task_state(task_id)
+            current = task.attempt(attempt_id) if task is not None else None
+            if current is None or current.state != AttemptStatus.RESERVED:
                 return  # another caller finished it while we waited at the fence
             await self._create_run(task_id, attempt_id, row, facts)
             ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,
@@ -283,26 +297,33 @@ class Dispatcher:
                                      "runner capacity of the namespace is exhausted")
                     return
                 spec = self.job_spec(facts, row, plan, transient_env or {}, thread)
+                try:  # the turn is reserved before its job exists; a replay finds it
+                    await self.sessions.reserve_turn(
+                        session_id, run_id=row.run_id, command_id=row.command_id,
+                        runner_job_id=row.runner_job_id, thread_id=thread,
+                        task_id=task_id, prompt=facts.prompt, profile=row.backend_profile)
+                except DomainError as refusal:
+                    await self._fail(task_id, attempt_id, *_failure_of(refusal))
+                    return
                 log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
                           attempt_id, msgspec.json.encode(plan).decode())
                 try:
                     handle = await self.driver.create(spec)
                 except DriverError as error:
+                    await self.sessions.abandon_turn(session_id, row.runner_job_id,
+                                                     error.kind, bounded(error.message))
                     await self._fail(task_id, attempt_id, error.kind, error.message)
                     return
                 await self.writer.execute(RecordRunnerJob(
                     row.run_id, handle.driver, handle.handle, msgspec.to_builtins(plan)),
                     ACTOR)
-                await self.sessions.record_turn(
-                    session_id, run_id=row.run_id, command_id=row.command_id,
-                    handle=handle, runner_job_id=row.runner_job_id, thread_id=thread,
-                    task_id=task_id, prompt=facts.prompt)
+                await self.sessions.start_turn(session_id, handle, row.runner_job_id)
             outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
         attempt = outcome.state.attempt(attempt_id)
         if attempt is not None and attempt.state == AttemptStatus.CANCELLED:
             await self.cancel_job(row.run_id, row.runner_job_id)
 
-    def job_spec(self, facts: TaskFacts, row: JobIdentity, plan: RunnerJobPlan,
+    def job_spec(self, facts: TaskFacts, row: JobIdentity | AttemptIds, plan: RunnerJobPlan,
                   transient_env: dict[str, str], thread_id: str | None) -> JobSpec:
         """What the driver gets: the plan plus the per-job secret's values."""
         defaults = self.settings.defaults
@@ -328,7 +349,7 @@ class Dispatcher:
         return conversation if isinstance(conversation, str) \
             else "cnv_" + session_id.removeprefix("ses_")
 
-    async def _create_run(self, task_id: str, attempt_id: str, row: AttemptIdentity,
+    async def _create_run(self, task_id: str, attempt_id: str, row: AttemptIds,
                           facts: TaskFacts) -> None:
         prompt = facts.prompt.encode()
         await self.writer.execute(CreateRun(
@@ -346,9 +367,11 @@ class Dispatcher:
 
     async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
         """Write the core terminal state of the latest attempt back; None when nothing to do."""
-        row = await oq.latest_attempt(self.pool, task_id)
-        if row is None or row.state != AttemptStatus.RUNNING:
+        task = await self.task_state(task_id)
+        latest = task.latest if task is not None else None
+        if latest is None or latest.ids is None or latest.state != AttemptStatus.RUNNING:
             return None
+        row = latest.ids
         status = await self.driver.status(row.runner_job_id)
         if not status.terminal:
             return None

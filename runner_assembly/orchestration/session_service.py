@@ -110,12 +110,16 @@ class SessionService:
         if run is None:
             raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
         session_id = run.session_id
+        resumed = None
         if command.command_id:
             found = await oq.turn_by_command(self.pool, command.command_id)
-            if found is not None:
-                if found.run_id != command.run_id:
-                    raise InvalidTransition("commandId already names a command of another "
-                                            "run", commandId=command.command_id)
+            if found is not None and found.run_id != command.run_id:
+                raise InvalidTransition("commandId already names a command of another "
+                                        "run", commandId=command.command_id)
+            if found is not None and not await self.turns.started(session_id,
+                                                                  found.runner_job_id):
+                resumed = found.runner_job_id  # reserved, its job maybe not created yet
+            elif found is not None:
                 return {"sessionId": session_id, "runId": command.run_id,
                         "commandId": found.command_id,
                         "runnerJobId": found.runner_job_id, "threadId": found.thread_id,
@@ -124,7 +128,8 @@ class SessionService:
         self.dispatcher.check_env(facts, command.transient_env)
         async with self.dispatcher.fence_pool.acquire() as conn, \
                 self.turns.lock(session_id, conn):
-            session = await self.turns.check_usable(session_id, run.backend_profile)
+            session = await self.turns.check_usable(session_id, run.backend_profile,
+                                                    resumed)
             if session is None:
                 raise NotFound(f"session {session_id} not found", sessionId=session_id)
             volume = session.storage_kind == StorageKind.VOLUME
@@ -148,14 +153,18 @@ class SessionService:
             if volume:
                 await self.driver.ensure_volume(self.turns.volume(session_id,
                                                                   run.conversation_id))
+            await self.turns.reserve_turn(session_id, run_id=command.run_id,
+                                          command_id=command_id,
+                                          runner_job_id=ids.runner_job_id, thread_id=thread,
+                                          task_id=run.task_id or None, prompt=command.prompt,
+                                          profile=run.backend_profile)
             try:
                 handle = await self.driver.create(spec)
             except DriverError as error:
+                await self.turns.abandon_turn(session_id, ids.runner_job_id, error.kind,
+                                              error.message)
                 raise Refused(error.kind, error.message) from None
-            await self.turns.record_turn(session_id, run_id=command.run_id,
-                                         command_id=command_id, handle=handle,
-                                         runner_job_id=ids.runner_job_id, thread_id=thread,
-                                         task_id=run.task_id or None, prompt=command.prompt)
+            await self.turns.start_turn(session_id, handle, ids.runner_job_id)
         return {**view, "created": True}
 
     async def sync(self, session_id: str) -> None:

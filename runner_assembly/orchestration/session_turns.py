@@ -16,19 +16,20 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from ledger import session_lines
+from ledger import session_lines, store
 from ledger.database import DbConnection, advisory_lock
-from ledger.errors import InvalidTransition, SessionStoreEvicted
 from ledger.events import TurnFacts, VolumeSummary
 from ledger.session import (
     FinishTurn,
     OpenSession,
     RefreshStorage,
     ReserveTurn,
+    SessionState,
     StartTurn,
-    profile_mismatch,
+    refuse_new_turn,
 )
-from ledger.states import StorageKind, turn_status_of
+from ledger.states import StorageKind, TurnStatus, turn_status_of
+from ledger.streams import SESSION_STREAM, StreamKind
 from ledger.writer import LedgerWriter
 from projections import orchestration_queries as oq
 from projections.session_summary import SessionRow, expires_after
@@ -37,6 +38,16 @@ from runner_assembly.drivers.protocol import JobHandle, JobStatus, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 
 ACTOR = "session-layer"
+
+
+async def folded(pool: asyncpg.Pool, kind: StreamKind, stream_id: str) -> Any:
+    """The decision state of one stream, folded from its ledger entries (None: no stream)."""
+    async with pool.acquire() as conn:
+        entries = (await store.read_streams(conn, [stream_id])).get(stream_id, [])
+    state: Any = None
+    for entry in entries:
+        state = kind.evolve(state, entry.event)
+    return state
 
 
 def choose_thread(payload_thread: Any, ref_thread: Any, session_thread: str | None,
@@ -87,20 +98,26 @@ class SessionTurns:
         assert volume is not None
         return dict(msgspec.to_builtins(volume))
 
-    async def check_usable(self, session_id: str, profile: str) -> SessionRow | None:
-        """Refuse a session of another profile, an evicted one, or one with a turn running."""
-        row = await self.row(session_id)
-        if row is None:
+    async def state(self, session_id: str) -> SessionState | None:
+        """The session's decision state, from its ledger stream."""
+        state: SessionState | None = await folded(self.pool, SESSION_STREAM, session_id)
+        return state
+
+    async def started(self, session_id: str, runner_job_id: str) -> bool:
+        """Whether the session stream records the turn of ``runner_job_id`` as started."""
+        state = await self.state(session_id)
+        status = state.turns.get(runner_job_id) if state is not None else None
+        return status is not None and status != TurnStatus.RESERVED
+
+    async def check_usable(self, session_id: str, profile: str,
+                           runner_job_id: str | None = None) -> SessionRow | None:
+        """Refuse a session of another profile, an evicted one, or one running another turn
+        than ``runner_job_id``'s (decided on the session stream); the session's row."""
+        state = await self.state(session_id)
+        if state is None:
             return None
-        if row.backend_profile != profile:
-            raise profile_mismatch(session_id, row.backend_profile, profile)
-        if row.storage_kind == StorageKind.EVICTED:
-            raise SessionStoreEvicted(f"session {session_id} was evicted: its volume is gone",
-                                      sessionId=session_id)
-        if await oq.active_turns(self.pool, session_id):
-            raise InvalidTransition("the session already has a turn in progress (a session "
-                                    "volume has a single writer)", sessionId=session_id)
-        return row
+        refuse_new_turn(state, profile, runner_job_id)
+        return await self.row(session_id)
 
     async def open(self, session_id: str, conversation_id: str, profile: str, *,
                    persistent: bool, run_id: str | None = None) -> SessionRow:
@@ -119,10 +136,10 @@ class SessionTurns:
             await self.driver.ensure_volume(self.volume(session_id, row.conversation_id))
         return row
 
-    async def record_turn(self, session_id: str, *, run_id: str, command_id: str,
-                          handle: JobHandle, runner_job_id: str, thread_id: str | None,
-                          task_id: str | None, prompt: str) -> None:
-        """Record the turn (reserved, then started) once its runner job exists."""
+    async def reserve_turn(self, session_id: str, *, run_id: str, command_id: str,
+                           runner_job_id: str, thread_id: str | None, task_id: str | None,
+                           prompt: str, profile: str) -> None:
+        """Reserve the turn before its runner job exists (a replay finds it and goes on)."""
         row = await self.row(session_id)
         ttl = row.ttl_seconds if row else self.settings.session_ttl_s
         encoded = prompt.encode()
@@ -130,9 +147,19 @@ class SessionTurns:
             run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
             thread_id=thread_id, expires_at=expires_after(datetime.now(UTC), ttl),
             task_id=task_id, prompt_sha256=hashlib.sha256(encoded).hexdigest(),
-            prompt_bytes=len(encoded))), ACTOR)
+            prompt_bytes=len(encoded)), profile), ACTOR)
+
+    async def start_turn(self, session_id: str, handle: JobHandle, runner_job_id: str) -> None:
+        """Record that the reserved turn's runner job exists."""
         await self.writer.execute(StartTurn(session_id, runner_job_id, handle.driver,
                                             handle.handle), ACTOR)
+
+    async def abandon_turn(self, session_id: str, runner_job_id: str, failure_kind: str,
+                           failure_message: str) -> None:
+        """End a reserved turn whose runner job could not be created."""
+        await self.writer.execute(FinishTurn(session_id, runner_job_id, TurnStatus.FAILED,
+                                             failure_kind=failure_kind,
+                                             failure_message=failure_message), ACTOR)
 
     async def take_in(self, session_id: str, runner_job_id: str, *, final: bool) -> None:
         """Append the job's new output and trace lines to the session."""

@@ -1,0 +1,70 @@
+"""A session turn is reserved before its runner job exists; a crash between them resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger.database import create_pool
+from ledger.intake import submit_command
+from ledger.writer import LedgerWriter
+from projections.store import project
+from runner_assembly.drivers.protocol import JobHandle, JobSpec
+from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.settings import RunnerSettings
+from tests.support import replay_report, task_body, write_profile_secret
+from tests.test_attempt_property import ScriptedDriver
+
+
+class Crash(Exception):
+    """The manager dies here (nothing catches it)."""
+
+
+class CrashingDriver(ScriptedDriver):
+    """The first create dies before the job exists."""
+
+    crash_next = True
+
+    async def create(self, spec: JobSpec) -> JobHandle:
+        if self.crash_next:
+            self.crash_next = False
+            raise Crash
+        return await super().create(spec)
+
+
+async def test_a_crash_between_turn_reservation_and_job_creation_resumes_the_turn(
+    database_url: str, tmp_path: Path
+) -> None:
+    write_profile_secret(tmp_path)
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    fence_pool = await create_pool(database_url, min_size=1, max_size=4)
+    writer = LedgerWriter(pool, project)
+    await writer.start()
+    driver = CrashingDriver()
+    dispatcher = Dispatcher(pool, fence_pool, writer, driver,
+                            RunnerSettings(data_dir=tmp_path))
+    try:
+        body = task_body(sessionRef={"sessionId": "ses_crash", "conversationId": "cnv_c"})
+        submit = submit_command(body, actor="test")
+        await writer.execute(submit, "test")
+        with pytest.raises(Crash):
+            await dispatcher.dispatch(submit.task_id, None, False)
+        session = await dispatcher.sessions.state("ses_crash")
+        assert session is not None and list(session.turns.values()) == ["reserved"]
+        assert not driver.creations, "the turn was reserved before any job existed"
+
+        _, attempt_id = await dispatcher.dispatch(submit.task_id, None, False)
+        task = await dispatcher.task_state(submit.task_id)
+        assert task is not None and task.latest is not None
+        assert (task.state, task.latest.attempt_id) == ("running", attempt_id)
+        assert task.latest.ids is not None
+        job = task.latest.ids.runner_job_id
+        session = await dispatcher.sessions.state("ses_crash")
+        assert session is not None and session.turns == {job: "running"}
+        assert dict(driver.creations) == {job: 1}
+        assert (await replay_report(database_url)).ok
+    finally:
+        await writer.close()
+        await pool.close()
+        await fence_pool.close()
