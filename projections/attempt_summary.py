@@ -15,6 +15,7 @@ from ledger.events import (
 )
 from ledger.streams import RecordedEntry
 from ledger.task import CANCELLED, RESERVED, RUNNING
+from projections.projection import Projection
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -42,7 +43,9 @@ class AttemptRow(msgspec.Struct, frozen=True):
     updated_at: datetime
 
 
-COLUMNS = tuple(AttemptRow.__struct_fields__)
+ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("attempt_id",))
+PROJECTIONS = (ATTEMPTS,)
+COLUMNS = ATTEMPTS.columns
 
 
 def attempt_id_of(entry: RecordedEntry) -> str | None:

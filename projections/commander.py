@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
-from projections.task_summary import TaskSummaryRow
+from projections.projection import Projection
+from projections.task_summary import TASKS, TaskSummaryRow
 
 # Lower ranks come first: blocked and failed tasks need a decision, then live work.
 ATTENTION = {BLOCKED: 0, FAILED: 1, RUNNING: 2, PENDING: 3, COMPLETED: 4, CANCELLED: 5}
@@ -36,3 +37,8 @@ def derive(row: TaskSummaryRow) -> CommanderRow:
         task_id=row.task_id, queue=row.queue, attention=ATTENTION[row.state],
         change_seq=row.change_seq, phase=PHASE[row.state], recovery=RECOVERY[row.state],
     )
+
+
+COMMANDER = Projection("commander_view", CommanderRow, key=("task_id",), source=TASKS,
+                       derive=derive)
+PROJECTIONS = (COMMANDER,)

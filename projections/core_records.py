@@ -12,6 +12,7 @@ import msgspec
 
 from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
 from ledger.streams import RecordedEntry
+from projections.projection import Projection
 
 CREATED, RUNNING = "created", "running"
 
@@ -45,10 +46,29 @@ class RunRow(msgspec.Struct, frozen=True):
     base: dict[str, Any] | None = None
 
 
-RUN_COLUMNS = tuple(RunRow.__struct_fields__)
-COMMAND_COLUMNS = ("command_id", "run_id", "status", "created_at", "finished_at", "change_seq")
-JOB_COLUMNS = ("runner_job_id", "run_id", "driver", "handle", "status", "created_at",
-               "started_at", "finished_at", "change_seq")
+class CommandRow(msgspec.Struct, frozen=True):
+    """A row of ``command_record``, derived from its run."""
+
+    command_id: str
+    run_id: str
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    change_seq: int
+
+
+class JobRow(msgspec.Struct, frozen=True):
+    """A row of ``runner_job_record``, derived from its run."""
+
+    runner_job_id: str
+    run_id: str
+    driver: str | None
+    handle: str | None
+    status: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    change_seq: int
 
 
 def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
@@ -84,13 +104,25 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
                                    change_seq=seq)
 
 
-def command_tuple(row: RunRow) -> tuple[Any, ...]:
-    """The ``command_record`` row of a run."""
-    return (row.command_id, row.run_id, row.status, row.created_at, row.finished_at,
-            row.change_seq)
+def command_of(row: RunRow) -> CommandRow | None:
+    """The ``command_record`` row of a run (a session run has no first command)."""
+    if not row.command_id:
+        return None
+    return CommandRow(row.command_id, row.run_id, row.status, row.created_at, row.finished_at,
+                      row.change_seq)
 
 
-def job_tuple(row: RunRow) -> tuple[Any, ...]:
-    """The ``runner_job_record`` row of a run."""
-    return (row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
-            row.created_at, row.started_at, row.finished_at, row.change_seq)
+def job_of(row: RunRow) -> JobRow | None:
+    """The ``runner_job_record`` row of a run (none for a session run, as its command)."""
+    if not row.command_id:
+        return None
+    return JobRow(row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
+                  row.created_at, row.started_at, row.finished_at, row.change_seq)
+
+
+RUNS = Projection("run_record", RunRow, key=("run_id",))
+COMMANDS = Projection("command_record", CommandRow, key=("command_id",), source=RUNS,
+                      derive=command_of)
+JOBS = Projection("runner_job_record", JobRow, key=("runner_job_id",), source=RUNS,
+                  derive=job_of)
+PROJECTIONS = (RUNS, COMMANDS, JOBS)

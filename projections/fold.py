@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import (
@@ -26,36 +25,14 @@ from projections import (
     session_summary,
     task_summary,
 )
-from projections.attempt_summary import AttemptRow
-from projections.core_records import RunRow
-from projections.queue_stats import StatsKey
-from projections.read_cursor import ReadCursorRow
-from projections.session_summary import SessionChanges, SessionRow, TurnRow
-from projections.task_summary import TaskSummaryRow
+from projections.attempt_summary import ATTEMPTS
+from projections.core_records import RUNS
+from projections.projection import Rows
+from projections.queue_stats import STATS, StatsKey
+from projections.session_summary import SESSION_CURSORS, SESSIONS, TURNS, SessionChanges
+from projections.task_summary import CONTRACTS, TASKS, ContractRow, TaskSummaryRow
 
-
-@dataclass
-class Current:
-    """The rows a fold starts from (those the entries do not create themselves)."""
-
-    tasks: dict[str, TaskSummaryRow] = field(default_factory=dict)
-    attempts: dict[str, AttemptRow] = field(default_factory=dict)
-    runs: dict[str, RunRow] = field(default_factory=dict)
-    sessions: dict[str, SessionRow] = field(default_factory=dict)
-    turns: dict[str, TurnRow] = field(default_factory=dict)
-
-
-@dataclass
-class Changes:
-    """Rows to write after folding a run of entries."""
-
-    tasks: dict[str, TaskSummaryRow] = field(default_factory=dict)
-    contracts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cursors: dict[tuple[str, str], ReadCursorRow] = field(default_factory=dict)
-    stats: Counter[StatsKey] = field(default_factory=Counter)
-    attempts: dict[str, AttemptRow] = field(default_factory=dict)
-    runs: dict[str, RunRow] = field(default_factory=dict)
-    sessions: SessionChanges = field(default_factory=SessionChanges)
+Needed = dict[str, set[Any]]
 
 
 def _latest_attempt_id(row: TaskSummaryRow | None) -> str | None:
@@ -63,62 +40,66 @@ def _latest_attempt_id(row: TaskSummaryRow | None) -> str | None:
     return attempt["attemptId"] if attempt else None
 
 
-def fold(current: Current, entries: Iterable[RecordedEntry]) -> Changes:
-    """Fold entries over the current rows (which it does not modify)."""
-    changes = Changes()
-    rows, attempts, runs = dict(current.tasks), dict(current.attempts), dict(current.runs)
-    sessions, turns = dict(current.sessions), dict(current.turns)
+def fold(current: Rows, entries: Iterable[RecordedEntry]) -> Rows:
+    """Fold entries over the current rows (which it does not modify); return changed rows.
+
+    Derived projections are not folded: they are computed from their source's changed rows.
+    """
+    changes = Rows()
+    rows, attempts = dict(current.of(TASKS)), dict(current.of(ATTEMPTS))
+    runs = dict(current.of(RUNS))
+    sessions, turns = dict(current.of(SESSIONS)), dict(current.of(TURNS))
+    session_changes = SessionChanges(changes.of(SESSIONS), changes.of(TURNS),
+                                     changes.of(SESSION_CURSORS))
+    changed_tasks, changed_attempts = changes.of(TASKS), changes.of(ATTEMPTS)
+    changed_runs = changes.of(RUNS)
+    stats: Counter[StatsKey] = Counter()
     for entry in entries:
         if entry.stream_type == SESSION_STREAM:
-            session_summary.fold_entry(sessions, turns, changes.sessions, entry)
+            session_summary.fold_entry(sessions, turns, session_changes, entry)
             continue
         if entry.stream_type == RUN_STREAM:
             run = core_records.evolve(runs.get(entry.stream_id), entry)
             if run is not None:
-                runs[entry.stream_id] = changes.runs[entry.stream_id] = run
+                runs[entry.stream_id] = changed_runs[entry.stream_id] = run
             continue
         event = entry.event
         if type(event) is TaskSubmitted:
             assert isinstance(event, TaskSubmitted)
-            changes.contracts[entry.stream_id] = event.contract
+            changes.put(CONTRACTS, ContractRow(entry.stream_id, event.contract))
         old = rows.get(entry.stream_id)
         attempt_id = attempt_summary.attempt_id_of(entry)
         if attempt_id is None and type(event) is TaskCancelled:
             attempt_id = _latest_attempt_id(old)
         new = task_summary.evolve(old, entry)
         if new is not old and new is not None:
-            rows[entry.stream_id] = changes.tasks[entry.stream_id] = new
-            queue_stats.add_delta(changes.stats, old, new)
+            rows[entry.stream_id] = changed_tasks[entry.stream_id] = new
+            queue_stats.add_delta(stats, old, new)
         if attempt_id is not None:
             before = attempts.get(attempt_id)
             after = attempt_summary.evolve(before, entry)
             if after is not None and after is not before:
-                attempts[attempt_id] = changes.attempts[attempt_id] = after
+                attempts[attempt_id] = changed_attempts[attempt_id] = after
         cursor = read_cursor.evolve(entry)
         if cursor is not None:
-            changes.cursors[(cursor.reader_id, cursor.task_id)] = cursor
+            changes.put(read_cursor.CURSORS, cursor)
+    for delta in queue_stats.delta_rows(stats):
+        changes.put(STATS, delta)
     return changes
 
 
-@dataclass
-class Needed:
-    """Ids of the rows a fold of some entries must load first."""
-
-    task_ids: list[str]
-    attempt_ids: list[str]
-    run_ids: list[str]
-    session_ids: list[str] = field(default_factory=list)
-    turn_ids: list[str] = field(default_factory=list)
-
-
-def needed_rows(entries: Iterable[RecordedEntry]) -> Needed:
-    """What to load before folding: rows the entries change but do not create."""
+def needed_rows(entries: Iterable[RecordedEntry], loaded: Rows) -> Needed:
+    """Keys of the rows to load before folding, per table: rows the entries change but do
+    not create. Given the rows loaded so far, it adds those that depend on them (the
+    attempt a cancel closes is the latest attempt of the loaded task row).
+    """
     created: set[str] = set()
     tasks: set[str] = set()
     attempts: set[str] = set()
     runs: set[str] = set()
     sessions: set[str] = set()
     turns: set[str] = set()
+    loaded_tasks = loaded.of(TASKS)
     for entry in entries:
         kind = type(entry.event)
         if entry.stream_type == SESSION_STREAM:
@@ -142,13 +123,9 @@ def needed_rows(entries: Iterable[RecordedEntry]) -> Needed:
         attempt_id = attempt_summary.attempt_id_of(entry)
         if attempt_id is not None and attempt_id not in created:
             attempts.add(attempt_id)
-    return Needed(sorted(tasks), sorted(attempts), sorted(runs), sorted(sessions),
-                  sorted(turns))
-
-
-def cancelled_attempts(entries: Iterable[RecordedEntry],
-                       tasks: dict[str, TaskSummaryRow]) -> list[str]:
-    """Latest attempts of loaded tasks that a cancel in the entries may close."""
-    ids = {_latest_attempt_id(tasks.get(e.stream_id)) for e in entries
-           if type(e.event) is TaskCancelled}
-    return sorted(i for i in ids if i is not None)
+        if kind is TaskCancelled:
+            cancelled = _latest_attempt_id(loaded_tasks.get(entry.stream_id))
+            if cancelled is not None:
+                attempts.add(cancelled)
+    return {TASKS.table: tasks, ATTEMPTS.table: attempts, RUNS.table: runs,
+            SESSIONS.table: sessions, TURNS.table: turns}

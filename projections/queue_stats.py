@@ -8,10 +8,28 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
+
+from projections.projection import Merge, Projection
 from projections.task_summary import TaskSummaryRow
 
 StatsKey = tuple[str, str, str, str]
 NO_PROFILE = ""
+
+
+class StatsRow(msgspec.Struct, frozen=True):
+    """A row of ``queue_stats``; as a change, ``task_count`` is a delta."""
+
+    queue: str
+    lane: str
+    state: str
+    backend_profile: str
+    task_count: int
+
+
+STATS = Projection("queue_stats", StatsRow, key=("queue", "lane", "state", "backend_profile"),
+                   merge=Merge.ADD)
+PROJECTIONS = (STATS,)
 
 
 def stats_key(row: TaskSummaryRow) -> StatsKey:
@@ -30,3 +48,8 @@ def add_delta(deltas: Counter[StatsKey], old: TaskSummaryRow | None,
         deltas[old_key] -= 1
     if new_key is not None:
         deltas[new_key] += 1
+
+
+def delta_rows(deltas: Counter[StatsKey]) -> list[StatsRow]:
+    """The stats rows of summed deltas."""
+    return [StatsRow(*key, count) for key, count in deltas.items()]

@@ -6,6 +6,7 @@ import msgspec
 
 from ledger.events import TaskReadCursorAdvanced
 from ledger.streams import RecordedEntry
+from projections.projection import Projection
 
 
 class ReadCursorRow(msgspec.Struct, frozen=True):
@@ -15,6 +16,10 @@ class ReadCursorRow(msgspec.Struct, frozen=True):
     task_id: str
     version: int
     change_seq: int
+
+
+CURSORS = Projection("read_cursor", ReadCursorRow, key=("reader_id", "task_id"))
+PROJECTIONS = (CURSORS,)
 
 
 def evolve(entry: RecordedEntry) -> ReadCursorRow | None:

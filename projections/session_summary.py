@@ -24,6 +24,7 @@ from ledger.events import (
 )
 from ledger.session import EVICTED, RESERVED, RUNNING
 from ledger.streams import RecordedEntry
+from projections.projection import Projection
 
 IDLE = "idle"
 TERMINAL_STATES = ("completed", "failed", "blocked", "cancelled", "evicted")
@@ -93,9 +94,11 @@ class SessionCursorRow(msgspec.Struct, frozen=True):
     change_seq: int
 
 
-SESSION_COLUMNS = tuple(SessionRow.__struct_fields__)
-TURN_COLUMNS = tuple(TurnRow.__struct_fields__)
-CURSOR_COLUMNS = tuple(SessionCursorRow.__struct_fields__)
+SESSIONS = Projection("session_summary", SessionRow, key=("session_id",))
+TURNS = Projection("session_turn", TurnRow, key=("runner_job_id",))
+SESSION_CURSORS = Projection("session_read_cursor", SessionCursorRow,
+                             key=("reader_id", "session_id"))
+PROJECTIONS = (SESSIONS, TURNS, SESSION_CURSORS)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from ledger.events import (
 )
 from ledger.streams import RecordedEntry
 from ledger.task import CANCELLED, PENDING, RESERVED, RUNNING, after_materialization_failure
+from projections.projection import Merge, Projection
 
 SESSION_PATH = "/api/v1/sessions/{}"
 
@@ -45,7 +46,17 @@ class TaskSummaryRow(msgspec.Struct, frozen=True):
     updated_at: datetime
 
 
-COLUMNS = tuple(TaskSummaryRow.__struct_fields__)
+class ContractRow(msgspec.Struct, frozen=True):
+    """A row of ``task_contract``: the contract a task was submitted with, never changed."""
+
+    task_id: str
+    contract: dict[str, Any]
+
+
+TASKS = Projection("task_summary", TaskSummaryRow, key=("task_id",))
+CONTRACTS = Projection("task_contract", ContractRow, key=("task_id",), merge=Merge.KEEP)
+PROJECTIONS = (TASKS, CONTRACTS)
+COLUMNS = TASKS.columns
 
 
 def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow | None:
