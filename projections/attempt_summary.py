@@ -15,7 +15,9 @@ from ledger.events import (
 )
 from ledger.streams import RecordedEntry
 from ledger.task import CANCELLED, RESERVED, RUNNING
-from projections.projection import Projection
+from ledger.task import STREAM_TYPE as TASK_STREAM
+from projections.projection import Fold, Projection, Rows
+from projections.task_summary import TASKS
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -43,9 +45,6 @@ class AttemptRow(msgspec.Struct, frozen=True):
     updated_at: datetime
 
 
-ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("attempt_id",))
-PROJECTIONS = (ATTEMPTS,)
-COLUMNS = ATTEMPTS.columns
 
 
 def attempt_id_of(entry: RecordedEntry) -> str | None:
@@ -92,3 +91,19 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         return msgspec.structs.replace(row, state=CANCELLED, finished_at=at,
                                        change_seq=seq, updated_at=at)
     return row
+
+
+def _attempt_key(entry: RecordedEntry, rows: Rows) -> str | None:
+    """The attempt an entry is about; a cancel is about the task's latest attempt."""
+    attempt_id = attempt_id_of(entry)
+    if attempt_id is None and type(entry.event) is TaskCancelled:
+        task = rows.of(TASKS).get(entry.stream_id)
+        attempt = task.latest_attempt if task is not None else None
+        return attempt["attemptId"] if attempt else None
+    return attempt_id
+
+
+ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("attempt_id",), origin=Fold(
+    TASK_STREAM, _attempt_key, evolve, created_by=frozenset({AttemptReserved})))
+PROJECTIONS = (ATTEMPTS,)
+COLUMNS = ATTEMPTS.columns

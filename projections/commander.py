@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgspec
 
 from ledger.task import BLOCKED, CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
-from projections.projection import Projection
+from projections.projection import Derived, Projection
 from projections.task_summary import TASKS, TaskSummaryRow
 
 # Lower ranks come first: blocked and failed tasks need a decision, then live work.
@@ -39,6 +41,10 @@ def derive(row: TaskSummaryRow) -> CommanderRow:
     )
 
 
-COMMANDER = Projection("commander_view", CommanderRow, key=("task_id",), source=TASKS,
-                       derive=derive)
+def _derive(_before: TaskSummaryRow | None, after: TaskSummaryRow) -> Iterator[CommanderRow]:
+    yield derive(after)
+
+
+COMMANDER = Projection("commander_view", CommanderRow, key=("task_id",),
+                       origin=Derived(TASKS, _derive))
 PROJECTIONS = (COMMANDER,)

@@ -5,14 +5,16 @@ One fold row per run carries all three; the writer stores each in its own table.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
+from ledger.run import STREAM_TYPE as RUN_STREAM
 from ledger.streams import RecordedEntry
-from projections.projection import Projection
+from projections.projection import Derived, Fold, Projection, Rows
 
 CREATED, RUNNING = "created", "running"
 
@@ -104,25 +106,28 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
                                    change_seq=seq)
 
 
-def command_of(row: RunRow) -> CommandRow | None:
+def _commands(_before: RunRow | None, row: RunRow) -> Iterator[CommandRow]:
     """The ``command_record`` row of a run (a session run has no first command)."""
-    if not row.command_id:
-        return None
-    return CommandRow(row.command_id, row.run_id, row.status, row.created_at, row.finished_at,
-                      row.change_seq)
+    if row.command_id:
+        yield CommandRow(row.command_id, row.run_id, row.status, row.created_at,
+                         row.finished_at, row.change_seq)
 
 
-def job_of(row: RunRow) -> JobRow | None:
+def _jobs(_before: RunRow | None, row: RunRow) -> Iterator[JobRow]:
     """The ``runner_job_record`` row of a run (none for a session run, as its command)."""
-    if not row.command_id:
-        return None
-    return JobRow(row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
-                  row.created_at, row.started_at, row.finished_at, row.change_seq)
+    if row.command_id:
+        yield JobRow(row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
+                     row.created_at, row.started_at, row.finished_at, row.change_seq)
 
 
-RUNS = Projection("run_record", RunRow, key=("run_id",))
-COMMANDS = Projection("command_record", CommandRow, key=("command_id",), source=RUNS,
-                      derive=command_of)
-JOBS = Projection("runner_job_record", JobRow, key=("runner_job_id",), source=RUNS,
-                  derive=job_of)
+def _run_key(entry: RecordedEntry, _rows: Rows) -> str:
+    return entry.stream_id
+
+
+RUNS = Projection("run_record", RunRow, key=("run_id",), origin=Fold(
+    RUN_STREAM, _run_key, evolve, created_by=frozenset({RunCreated})))
+COMMANDS = Projection("command_record", CommandRow, key=("command_id",),
+                      origin=Derived(RUNS, _commands))
+JOBS = Projection("runner_job_record", JobRow, key=("runner_job_id",),
+                  origin=Derived(RUNS, _jobs))
 PROJECTIONS = (RUNS, COMMANDS, JOBS)

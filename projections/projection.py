@@ -14,6 +14,8 @@ from typing import Any, Generic, TypeVar, Union, cast, get_args, get_origin, get
 import asyncpg
 import msgspec
 
+from ledger.streams import RecordedEntry
+
 R = TypeVar("R", bound=msgspec.Struct)
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
@@ -53,21 +55,51 @@ def _column_type(annotation: Any) -> tuple[str, bool]:
     return _SQL_TYPES[base], False
 
 
+KeyOf = Callable[[RecordedEntry, "Rows"], Hashable | None]
+Evolve = Callable[[R | None, RecordedEntry], R | None]
+Derive = Callable[[Any | None, Any], Iterable[R]]
+
+
+@dataclass(frozen=True)
+class Fold(Generic[R]):
+    """How a projection folds from the ledger: which entries, which row each one changes.
+
+    ``key_of`` names the row an entry changes (None: the entry leaves this projection
+    alone). It may read other projections' rows: while loading, the rows loaded so far;
+    while folding, the working rows (those listed earlier already hold this entry). Entries
+    of a type in ``created_by`` make their row from nothing, so it is never loaded first.
+    """
+
+    stream: str
+    key_of: KeyOf
+    evolve: Evolve[R]
+    events: frozenset[type] | None = None
+    created_by: frozenset[type] = frozenset()
+
+
+@dataclass(frozen=True)
+class Derived(Generic[R]):
+    """How a projection derives from another one's rows, never from the ledger.
+
+    ``derive(before, after)`` gets a source row as it was before a fold (None when the fold
+    created it) and after; it yields this projection's rows (for ``Merge.ADD``, deltas).
+    """
+
+    source: Projection[Any]
+    derive: Derive[R]
+
+
 @dataclass(frozen=True)
 class Projection(Generic[R]):
-    """One projection table: its row type (field order is column order), key and merge rule.
-
-    A projection folded from the ledger has no ``source``; a derived one names the
-    projection whose changed rows it is computed from and how (``derive`` returns None for
-    rows that have no counterpart).
+    """One projection table: its row type (field order is column order), key, merge rule,
+    and how its rows come about: folded from the ledger or derived from another projection.
     """
 
     table: str
     row_type: type[R]
     key: tuple[str, ...]
+    origin: Fold[R] | Derived[R]
     merge: Merge = Merge.REPLACE
-    source: Projection[Any] | None = None
-    derive: Callable[[Any], R | None] | None = None
     _types: dict[str, tuple[str, bool]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -77,8 +109,6 @@ class Projection(Generic[R]):
             quote(name)
         if not self.key or any(k not in types_ for k in self.key):
             raise ValueError(f"{self.table}: key {self.key} is not among its columns")
-        if (self.source is None) != (self.derive is None):
-            raise ValueError(f"{self.table}: a derived projection needs source and derive")
         object.__setattr__(self, "_types", types_)
 
     @property
@@ -215,6 +245,12 @@ class Rows:
     def __init__(self) -> None:
         self._tables: dict[str, dict[Hashable, Any]] = {}
 
+    def copy(self) -> Rows:
+        """A copy whose tables can change without changing these."""
+        copied = Rows()
+        copied._tables = {table: dict(rows) for table, rows in self._tables.items()}
+        return copied
+
     def of(self, projection: Projection[R]) -> dict[Any, R]:
         """The (mutable) rows of one projection."""
         return cast(dict[Any, R], self._tables.setdefault(projection.table, {}))
@@ -233,8 +269,5 @@ class Rows:
             self.put(projection, row)
 
     def rows(self, projection: Projection[R]) -> list[R]:
-        """The rows to write: a derived projection's come from its source's rows."""
-        if projection.source is None or projection.derive is None:
-            return [r for r in self.of(projection).values() if not projection.is_empty(r)]
-        derived = (projection.derive(r) for r in self.of(projection.source).values())
-        return [r for r in derived if r is not None]
+        """The rows to write (deltas that sum to nothing are left out)."""
+        return [r for r in self.of(projection).values() if not projection.is_empty(r)]

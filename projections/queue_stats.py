@@ -7,11 +7,12 @@ its new key; a batch folds its deltas before writing, so a hot counter row is wr
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 import msgspec
 
-from projections.projection import Merge, Projection
-from projections.task_summary import TaskSummaryRow
+from projections.projection import Derived, Merge, Projection
+from projections.task_summary import TASKS, TaskSummaryRow
 
 StatsKey = tuple[str, str, str, str]
 NO_PROFILE = ""
@@ -25,11 +26,6 @@ class StatsRow(msgspec.Struct, frozen=True):
     state: str
     backend_profile: str
     task_count: int
-
-
-STATS = Projection("queue_stats", StatsRow, key=("queue", "lane", "state", "backend_profile"),
-                   merge=Merge.ADD)
-PROJECTIONS = (STATS,)
 
 
 def stats_key(row: TaskSummaryRow) -> StatsKey:
@@ -50,6 +46,13 @@ def add_delta(deltas: Counter[StatsKey], old: TaskSummaryRow | None,
         deltas[new_key] += 1
 
 
-def delta_rows(deltas: Counter[StatsKey]) -> list[StatsRow]:
-    """The stats rows of summed deltas."""
-    return [StatsRow(*key, count) for key, count in deltas.items()]
+def _deltas(before: TaskSummaryRow | None, after: TaskSummaryRow) -> Iterator[StatsRow]:
+    """A task's move over a fold: the steps in between cancel out."""
+    deltas: Counter[StatsKey] = Counter()
+    add_delta(deltas, before, after)
+    return (StatsRow(*key, count) for key, count in deltas.items())
+
+
+STATS = Projection("queue_stats", StatsRow, key=("queue", "lane", "state", "backend_profile"),
+                   merge=Merge.ADD, origin=Derived(TASKS, _deltas))
+PROJECTIONS = (STATS,)

@@ -6,7 +6,6 @@ never read the queue's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,8 +22,9 @@ from ledger.events import (
     SessionTurnStarted,
 )
 from ledger.session import EVICTED, RESERVED, RUNNING
+from ledger.session import STREAM_TYPE as SESSION_STREAM
 from ledger.streams import RecordedEntry
-from projections.projection import Projection
+from projections.projection import Fold, Projection, Rows
 
 IDLE = "idle"
 TERMINAL_STATES = ("completed", "failed", "blocked", "cancelled", "evicted")
@@ -92,22 +92,6 @@ class SessionCursorRow(msgspec.Struct, frozen=True):
     session_id: str
     version: int
     change_seq: int
-
-
-SESSIONS = Projection("session_summary", SessionRow, key=("session_id",))
-TURNS = Projection("session_turn", TurnRow, key=("runner_job_id",))
-SESSION_CURSORS = Projection("session_read_cursor", SessionCursorRow,
-                             key=("reader_id", "session_id"))
-PROJECTIONS = (SESSIONS, TURNS, SESSION_CURSORS)
-
-
-@dataclass
-class SessionChanges:
-    """Session rows a fold produced."""
-
-    sessions: dict[str, SessionRow] = field(default_factory=dict)
-    turns: dict[str, TurnRow] = field(default_factory=dict)
-    cursors: dict[tuple[str, str], SessionCursorRow] = field(default_factory=dict)
 
 
 def _expiry(text: str) -> datetime:
@@ -185,29 +169,52 @@ def turn_id_of(entry: RecordedEntry) -> str | None:
     return None
 
 
-def fold_entry(sessions: dict[str, SessionRow], turns: dict[str, TurnRow],
-               changes: SessionChanges, entry: RecordedEntry) -> None:
-    """Fold one session-stream entry into the working rows and the changes."""
-    event: Any = entry.event
-    if isinstance(event, SessionRead):
-        changes.cursors[(event.reader_id, entry.stream_id)] = SessionCursorRow(
-            event.reader_id, entry.stream_id, event.version, entry.change_seq)
-        return
-    if isinstance(event, SessionOpened):
-        row = _opened(event, entry)
-    else:
-        row = evolve_session(sessions[entry.stream_id], entry)
-    sessions[entry.stream_id] = changes.sessions[entry.stream_id] = row
-    turn_id = turn_id_of(entry)
-    if turn_id is None:
-        return
-    if isinstance(event, SessionTurnReserved):
-        turn = _turn_reserved(event, entry)
-    else:
-        turn = evolve_turn(turns[turn_id], entry)
-    turns[turn_id] = changes.turns[turn_id] = turn
-
-
 def expires_after(now: datetime, ttl_seconds: int) -> str:
     """The ISO expiry ``ttl_seconds`` after ``now``."""
     return (now + timedelta(seconds=ttl_seconds)).isoformat()
+
+
+def _session_key(entry: RecordedEntry, _rows: Rows) -> str | None:
+    return None if type(entry.event) is SessionRead else entry.stream_id
+
+
+def _session(row: SessionRow | None, entry: RecordedEntry) -> SessionRow | None:
+    event: Any = entry.event
+    if isinstance(event, SessionOpened):
+        return _opened(event, entry)
+    return None if row is None else evolve_session(row, entry)
+
+
+def _turn_key(entry: RecordedEntry, _rows: Rows) -> str | None:
+    return turn_id_of(entry)
+
+
+def _turn(turn: TurnRow | None, entry: RecordedEntry) -> TurnRow | None:
+    event: Any = entry.event
+    if isinstance(event, SessionTurnReserved):
+        return _turn_reserved(event, entry)
+    return None if turn is None else evolve_turn(turn, entry)
+
+
+def _cursor_key(entry: RecordedEntry, _rows: Rows) -> tuple[str, str]:
+    event: Any = entry.event
+    return (event.reader_id, entry.stream_id)
+
+
+def _cursor(_row: SessionCursorRow | None, entry: RecordedEntry) -> SessionCursorRow:
+    event: Any = entry.event
+    return SessionCursorRow(event.reader_id, entry.stream_id, event.version, entry.change_seq)
+
+
+_READ = frozenset({SessionRead})
+SESSIONS = Projection("session_summary", SessionRow, key=("session_id",), origin=Fold(
+    SESSION_STREAM, _session_key, _session, created_by=frozenset({SessionOpened})))
+TURNS = Projection("session_turn", TurnRow, key=("runner_job_id",), origin=Fold(
+    SESSION_STREAM, _turn_key, _turn, events=frozenset(
+        {SessionTurnReserved, SessionTurnStarted, SessionTurnFinished}),
+    created_by=frozenset({SessionTurnReserved})))
+SESSION_CURSORS = Projection("session_read_cursor", SessionCursorRow,
+                             key=("reader_id", "session_id"), origin=Fold(
+                                 SESSION_STREAM, _cursor_key, _cursor, events=_READ,
+                                 created_by=_READ))
+PROJECTIONS = (SESSIONS, TURNS, SESSION_CURSORS)

@@ -18,7 +18,8 @@ from ledger.events import (
 )
 from ledger.streams import RecordedEntry
 from ledger.task import CANCELLED, PENDING, RESERVED, RUNNING, after_materialization_failure
-from projections.projection import Merge, Projection
+from ledger.task import STREAM_TYPE as TASK_STREAM
+from projections.projection import Fold, Merge, Projection, Rows
 
 SESSION_PATH = "/api/v1/sessions/{}"
 
@@ -53,10 +54,6 @@ class ContractRow(msgspec.Struct, frozen=True):
     contract: dict[str, Any]
 
 
-TASKS = Projection("task_summary", TaskSummaryRow, key=("task_id",))
-CONTRACTS = Projection("task_contract", ContractRow, key=("task_id",), merge=Merge.KEEP)
-PROJECTIONS = (TASKS, CONTRACTS)
-COLUMNS = TASKS.columns
 
 
 def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow | None:
@@ -121,3 +118,23 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     summary = event.outcome + (f": {detail}" if detail else "")
     return msgspec.structs.replace(row, state=event.outcome, latest_attempt=attempt,
                                    summary=summary, **changed)
+
+
+def _stream_row(entry: RecordedEntry, _rows: Rows) -> str:
+    return entry.stream_id
+
+
+def _contract(_row: ContractRow | None, entry: RecordedEntry) -> ContractRow:
+    event = entry.event
+    assert isinstance(event, TaskSubmitted)
+    return ContractRow(entry.stream_id, event.contract)
+
+
+TASKS = Projection("task_summary", TaskSummaryRow, key=("task_id",), origin=Fold(
+    TASK_STREAM, _stream_row, evolve, created_by=frozenset({TaskSubmitted})))
+CONTRACTS = Projection("task_contract", ContractRow, key=("task_id",), merge=Merge.KEEP,
+                       origin=Fold(TASK_STREAM, _stream_row, _contract,
+                                   events=frozenset({TaskSubmitted}),
+                                   created_by=frozenset({TaskSubmitted})))
+PROJECTIONS = (TASKS, CONTRACTS)
+COLUMNS = TASKS.columns
