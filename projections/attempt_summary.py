@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import get_args
 
 import msgspec
 
@@ -12,6 +13,7 @@ from ledger.events import (
     AttemptMaterialized,
     AttemptReserved,
     TaskCancelled,
+    TaskEvent,
 )
 from ledger.streams import RecordedEntry
 from ledger.task import CANCELLED, RESERVED, RUNNING
@@ -103,7 +105,11 @@ def _attempt_key(entry: RecordedEntry, rows: Rows) -> str | None:
     return attempt_id
 
 
+# The task-stream events that name an attempt, and the cancel that closes the latest one.
+_EVENTS = frozenset({TaskCancelled, *(kind for kind in get_args(TaskEvent)
+                                      if "attempt_id" in kind.__struct_fields__)})
 ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("attempt_id",), origin=Fold(
-    TASK_STREAM, _attempt_key, evolve, created_by=frozenset({AttemptReserved})))
+    TASK_STREAM, _attempt_key, evolve, events=_EVENTS,
+    created_by=frozenset({AttemptReserved})))
 PROJECTIONS = (ATTEMPTS,)
 COLUMNS = ATTEMPTS.columns

@@ -15,6 +15,7 @@ from projections.registry import REGISTRY
 
 Needed = dict[str, set[Any]]
 Route = tuple[tuple[Projection[Any], Fold[Any]], ...]
+Step = tuple[Fold[Any], dict[Any, Any], dict[Any, Any]]
 
 _FOLDED = tuple((p, p.origin) for p in REGISTRY if isinstance(p.origin, Fold))
 _DERIVED = tuple((p, p.origin) for p in REGISTRY if isinstance(p.origin, Derived))
@@ -36,21 +37,26 @@ def fold(current: Rows, entries: Iterable[RecordedEntry]) -> Rows:
     """Fold entries over the current rows (which it does not modify); return changed rows."""
     changes = Rows()
     working = current.copy()
+    steps: dict[tuple[str, type], list[Step]] = {}
     for entry in entries:
-        for projection, how in _route(entry):
+        kind = (entry.stream_type, type(entry.event))
+        entry_steps = steps.get(kind)
+        if entry_steps is None:
+            entry_steps = steps[kind] = [(how, working.of(p), changes.of(p))
+                                         for p, how in _route(entry)]
+        for how, rows, changed in entry_steps:
             key = how.key_of(entry, working)
             if key is None:
                 continue
-            rows = working.of(projection)
             before = rows.get(key)
             after = how.evolve(before, entry)
             if after is not None and after is not before:
-                rows[key] = changes.of(projection)[key] = after
+                rows[key] = changed[key] = after
     for projection, derived in _DERIVED:
         before_rows = current.of(derived.source)
-        for key, after in changes.of(derived.source).items():
-            for row in derived.derive(before_rows.get(key), after):
-                changes.put(projection, row)
+        derived_rows = [row for key, after in changes.of(derived.source).items()
+                        for row in derived.derive(before_rows.get(key), after)]
+        changes.put_all(projection, derived_rows)
     return changes
 
 

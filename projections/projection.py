@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, Generic, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import asyncpg
@@ -121,14 +122,14 @@ class Projection(Generic[R]):
         return tuple(i for i, name in enumerate(self.columns) if self._types[name][1])
 
     @cached_property
-    def _added(self) -> tuple[str, ...]:
+    def added(self) -> tuple[str, ...]:
+        """The non-key columns (for ``Merge.ADD``, the summed ones)."""
         return tuple(c for c in self.columns if c not in self.key)
 
-    def key_of(self, row: R) -> Hashable:
+    @cached_property
+    def key_of(self) -> Callable[[R], Hashable]:
         """A row's key: the column value, or a tuple of them for a composite key."""
-        if len(self.key) == 1:
-            return cast(Hashable, getattr(row, self.key[0]))
-        return tuple(getattr(row, name) for name in self.key)
+        return attrgetter(*self.key)
 
     def to_tuple(self, row: R) -> tuple[Any, ...]:
         """A row as stored: JSON columns as text."""
@@ -150,14 +151,14 @@ class Projection(Generic[R]):
 
     def is_empty(self, row: R) -> bool:
         """True for a delta row that changes nothing (``Merge.ADD`` only)."""
-        return self.merge is Merge.ADD and not any(getattr(row, c) for c in self._added)
+        return self.merge is Merge.ADD and not any(getattr(row, c) for c in self.added)
 
     def add(self, old: R | None, delta: R) -> R:
         """Sum a delta into a row of the same key (``Merge.ADD``)."""
         if old is None:
             return delta
         return msgspec.structs.replace(
-            old, **{c: getattr(old, c) + getattr(delta, c) for c in self._added})
+            old, **{c: getattr(old, c) + getattr(delta, c) for c in self.added})
 
     def arrays(self, rows: Sequence[R]) -> list[list[Any]]:
         """The per-column arrays ``unnest`` takes, from rows."""
@@ -191,14 +192,14 @@ class Projection(Generic[R]):
         table = quote(self.table)
         names = ", ".join(quote(c) for c in self.columns)
         keys = ", ".join(quote(k) for k in self.key)
-        if self.merge is Merge.KEEP or not self._added:
+        if self.merge is Merge.KEEP or not self.added:
             action = "NOTHING"
         elif self.merge is Merge.ADD:
             action = "UPDATE SET " + ", ".join(
-                f"{quote(c)} = {table}.{quote(c)} + EXCLUDED.{quote(c)}" for c in self._added)
+                f"{quote(c)} = {table}.{quote(c)} + EXCLUDED.{quote(c)}" for c in self.added)
         else:
             action = "UPDATE SET " + ", ".join(
-                f"{quote(c)} = EXCLUDED.{quote(c)}" for c in self._added)
+                f"{quote(c)} = EXCLUDED.{quote(c)}" for c in self.added)
         return (f"INSERT INTO {table} ({names}) SELECT * FROM "
                 f"unnest({self._array_params(self.columns)}) ON CONFLICT ({keys}) DO {action}")
 
@@ -207,7 +208,7 @@ class Projection(Generic[R]):
         """Rows that count: an added table drops rows whose deltas summed to zero."""
         if self.merge is not Merge.ADD:
             return ""
-        return " WHERE NOT (" + " AND ".join(f"{quote(c)} = 0" for c in self._added) + ")"
+        return " WHERE NOT (" + " AND ".join(f"{quote(c)} = 0" for c in self.added) + ")"
 
     @cached_property
     def scratch_sql(self) -> str:
@@ -263,10 +264,34 @@ class Rows:
         else:
             rows[key] = row
 
+    def put_all(self, projection: Projection[R], rows: Iterable[R]) -> None:
+        """Put rows; an added projection's deltas are summed per key first."""
+        if projection.merge is not Merge.ADD:
+            target, key_of = self.of(projection), projection.key_of
+            for row in rows:
+                target[key_of(row)] = row
+            return
+        sums: dict[Hashable, tuple[R, Any]] = {}
+        added, key_of, values_of = projection.added, projection.key_of, attrgetter(
+            *projection.added)
+        for row in rows:
+            key = key_of(row)
+            first = sums.get(key)
+            if first is None:
+                sums[key] = (row, values_of(row))
+            elif len(added) == 1:
+                sums[key] = (first[0], first[1] + values_of(row))
+            else:
+                sums[key] = (first[0], tuple(a + b for a, b in zip(
+                    first[1], values_of(row), strict=True)))
+        for row, total in sums.values():
+            totals = (total,) if len(added) == 1 else total
+            self.put(projection, msgspec.structs.replace(
+                row, **dict(zip(added, totals, strict=True))))
+
     def merge(self, projection: Projection[R], other: Rows) -> None:
         """Put every row of ``projection`` that ``other`` holds."""
-        for row in other.of(projection).values():
-            self.put(projection, row)
+        self.put_all(projection, other.of(projection).values())
 
     def rows(self, projection: Projection[R]) -> list[R]:
         """The rows to write (deltas that sum to nothing are left out)."""

@@ -48,9 +48,11 @@ def add_delta(deltas: Counter[StatsKey], old: TaskSummaryRow | None,
 
 def _deltas(before: TaskSummaryRow | None, after: TaskSummaryRow) -> Iterator[StatsRow]:
     """A task's move over a fold: the steps in between cancel out."""
-    deltas: Counter[StatsKey] = Counter()
-    add_delta(deltas, before, after)
-    return (StatsRow(*key, count) for key, count in deltas.items())
+    old_key, new_key = stats_key(before) if before is not None else None, stats_key(after)
+    if old_key != new_key:
+        if old_key is not None:
+            yield StatsRow(*old_key, -1)
+        yield StatsRow(*new_key, 1)
 
 
 STATS = Projection("queue_stats", StatsRow, key=("queue", "lane", "state", "backend_profile"),
