@@ -3,8 +3,9 @@ verify the hash chain. Streams the ledger: memory does not grow with its size.
 
 The ledger is read in stream order, so every chunk holds whole streams and the fold's rows
 are final: they are COPYed into index-free scratch tables (temporary tables with the live
-tables' names, which shadow them on this connection). Stats deltas are summed in memory
-(one counter per queue, lane, state and profile) and written at the end.
+tables' names, which shadow them on this connection). Rows of added projections
+(``Merge.ADD``: the stats deltas) are summed in memory, one row per key, and written at the
+end. Tables, columns, scratch, diff and replace SQL all come from the registry.
 """
 
 from __future__ import annotations
