@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import get_args
 
 import msgspec
 
@@ -12,10 +13,14 @@ from ledger.events import (
     AttemptMaterialized,
     AttemptReserved,
     TaskCancelled,
+    TaskEvent,
 )
 from ledger.states import AttemptStatus
 from ledger.streams import RecordedEntry
+from ledger.task import STREAM_TYPE as TASK_STREAM
 from ledger.task import attempt_state_after
+from projections.projection import Fold, Projection, Rows
+from projections.task_summary import TASKS
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -43,7 +48,6 @@ class AttemptRow(msgspec.Struct, frozen=True):
     updated_at: datetime
 
 
-COLUMNS = tuple(AttemptRow.__struct_fields__)
 
 
 def attempt_id_of(entry: RecordedEntry) -> str | None:
@@ -85,3 +89,23 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         return msgspec.structs.replace(row, state=state, finished_at=at,
                                        change_seq=seq, updated_at=at)
     return row
+
+
+def _attempt_key(entry: RecordedEntry, rows: Rows) -> str | None:
+    """The attempt an entry is about; a cancel is about the task's latest attempt."""
+    attempt_id = attempt_id_of(entry)
+    if attempt_id is None and type(entry.event) is TaskCancelled:
+        task = rows.of(TASKS).get(entry.stream_id)
+        attempt = task.latest_attempt if task is not None else None
+        return attempt["attemptId"] if attempt else None
+    return attempt_id
+
+
+# The task-stream events that name an attempt, and the cancel that closes the latest one.
+_EVENTS = frozenset({TaskCancelled, *(kind for kind in get_args(TaskEvent)
+                                      if "attempt_id" in kind.__struct_fields__)})
+ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("attempt_id",), origin=Fold(
+    TASK_STREAM, _attempt_key, evolve, events=_EVENTS,
+    created_by=frozenset({AttemptReserved})))
+PROJECTIONS = (ATTEMPTS,)
+COLUMNS = ATTEMPTS.columns

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgspec
 
 from ledger.states import TaskStatus
-from projections.task_summary import TaskSummaryRow
+from projections.projection import Derived, Projection
+from projections.task_summary import TASKS, TaskSummaryRow
 
 # Lower ranks come first: blocked and failed tasks need a decision, then live work.
 ATTENTION = {TaskStatus.BLOCKED: 0, TaskStatus.FAILED: 1, TaskStatus.RUNNING: 2,
@@ -38,3 +41,12 @@ def derive(row: TaskSummaryRow) -> CommanderRow:
         task_id=row.task_id, queue=row.queue, attention=ATTENTION[row.state],
         change_seq=row.change_seq, phase=PHASE[row.state], recovery=RECOVERY[row.state],
     )
+
+
+def _derive(_before: TaskSummaryRow | None, after: TaskSummaryRow) -> Iterator[CommanderRow]:
+    yield derive(after)
+
+
+COMMANDER = Projection("commander_view", CommanderRow, key=("task_id",),
+                       origin=Derived(TASKS, _derive))
+PROJECTIONS = (COMMANDER,)

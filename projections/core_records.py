@@ -5,14 +5,17 @@ One fold row per run carries all three; the writer stores each in its own table.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
+from ledger.run import STREAM_TYPE as RUN_STREAM
 from ledger.states import RunStatus
 from ledger.streams import RecordedEntry
+from projections.projection import Derived, Fold, Projection, Rows
 
 
 class RunRow(msgspec.Struct, frozen=True):
@@ -44,10 +47,29 @@ class RunRow(msgspec.Struct, frozen=True):
     base: dict[str, Any] | None = None
 
 
-RUN_COLUMNS = tuple(RunRow.__struct_fields__)
-COMMAND_COLUMNS = ("command_id", "run_id", "status", "created_at", "finished_at", "change_seq")
-JOB_COLUMNS = ("runner_job_id", "run_id", "driver", "handle", "status", "created_at",
-               "started_at", "finished_at", "change_seq")
+class CommandRow(msgspec.Struct, frozen=True):
+    """A row of ``command_record``, derived from its run."""
+
+    command_id: str
+    run_id: str
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    change_seq: int
+
+
+class JobRow(msgspec.Struct, frozen=True):
+    """A row of ``runner_job_record``, derived from its run."""
+
+    runner_job_id: str
+    run_id: str
+    driver: str | None
+    handle: str | None
+    status: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    change_seq: int
 
 
 def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
@@ -83,13 +105,28 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
                                    change_seq=seq)
 
 
-def command_tuple(row: RunRow) -> tuple[Any, ...]:
-    """The ``command_record`` row of a run."""
-    return (row.command_id, row.run_id, row.status, row.created_at, row.finished_at,
-            row.change_seq)
+def _commands(_before: RunRow | None, row: RunRow) -> Iterator[CommandRow]:
+    """The ``command_record`` row of a run (a session run has no first command)."""
+    if row.command_id:
+        yield CommandRow(row.command_id, row.run_id, row.status, row.created_at,
+                         row.finished_at, row.change_seq)
 
 
-def job_tuple(row: RunRow) -> tuple[Any, ...]:
-    """The ``runner_job_record`` row of a run."""
-    return (row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
-            row.created_at, row.started_at, row.finished_at, row.change_seq)
+def _jobs(_before: RunRow | None, row: RunRow) -> Iterator[JobRow]:
+    """The ``runner_job_record`` row of a run (none for a session run, as its command)."""
+    if row.command_id:
+        yield JobRow(row.runner_job_id, row.run_id, row.driver, row.handle, row.status,
+                     row.created_at, row.started_at, row.finished_at, row.change_seq)
+
+
+def _run_key(entry: RecordedEntry, _rows: Rows) -> str:
+    return entry.stream_id
+
+
+RUNS = Projection("run_record", RunRow, key=("run_id",), origin=Fold(
+    RUN_STREAM, _run_key, evolve, created_by=frozenset({RunCreated})))
+COMMANDS = Projection("command_record", CommandRow, key=("command_id",),
+                      origin=Derived(RUNS, _commands))
+JOBS = Projection("runner_job_record", JobRow, key=("runner_job_id",),
+                  origin=Derived(RUNS, _jobs))
+PROJECTIONS = (RUNS, COMMANDS, JOBS)

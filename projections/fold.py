@@ -1,154 +1,80 @@
-"""The one fold that drives both the live projection update and the replay."""
+"""The one fold that drives both the live projection update and the replay.
+
+It knows no projection by name: it offers each entry to the registry's folded projections
+of the entry's stream, then derives the derived ones from their sources' changed rows.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.events import (
-    AttemptReserved,
-    RunCreated,
-    SessionOpened,
-    SessionTurnReserved,
-    TaskCancelled,
-    TaskSubmitted,
-)
-from ledger.run import STREAM_TYPE as RUN_STREAM
-from ledger.session import STREAM_TYPE as SESSION_STREAM
 from ledger.streams import RecordedEntry
-from projections import (
-    attempt_summary,
-    core_records,
-    queue_stats,
-    read_cursor,
-    session_summary,
-    task_summary,
-)
-from projections.attempt_summary import AttemptRow
-from projections.core_records import RunRow
-from projections.queue_stats import StatsKey
-from projections.read_cursor import ReadCursorRow
-from projections.session_summary import SessionChanges, SessionRow, TurnRow
-from projections.task_summary import TaskSummaryRow
+from projections.projection import Derived, Fold, Projection, Rows
+from projections.registry import REGISTRY
+
+Needed = dict[str, set[Any]]
+Route = tuple[tuple[Projection[Any], Fold[Any]], ...]
+Step = tuple[Fold[Any], dict[Any, Any], dict[Any, Any]]
+
+_FOLDED = tuple((p, p.origin) for p in REGISTRY if isinstance(p.origin, Fold))
+_DERIVED = tuple((p, p.origin) for p in REGISTRY if isinstance(p.origin, Derived))
+_routes: dict[tuple[str, type], Route] = {}
 
 
-@dataclass
-class Current:
-    """The rows a fold starts from (those the entries do not create themselves)."""
-
-    tasks: dict[str, TaskSummaryRow] = field(default_factory=dict)
-    attempts: dict[str, AttemptRow] = field(default_factory=dict)
-    runs: dict[str, RunRow] = field(default_factory=dict)
-    sessions: dict[str, SessionRow] = field(default_factory=dict)
-    turns: dict[str, TurnRow] = field(default_factory=dict)
-
-
-@dataclass
-class Changes:
-    """Rows to write after folding a run of entries."""
-
-    tasks: dict[str, TaskSummaryRow] = field(default_factory=dict)
-    contracts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cursors: dict[tuple[str, str], ReadCursorRow] = field(default_factory=dict)
-    stats: Counter[StatsKey] = field(default_factory=Counter)
-    attempts: dict[str, AttemptRow] = field(default_factory=dict)
-    runs: dict[str, RunRow] = field(default_factory=dict)
-    sessions: SessionChanges = field(default_factory=SessionChanges)
+def _route(entry: RecordedEntry) -> Route:
+    """The folded projections (in registry order) that take an entry of this kind."""
+    kind = (entry.stream_type, type(entry.event))
+    route = _routes.get(kind)
+    if route is None:
+        route = _routes[kind] = tuple(
+            (p, how) for p, how in _FOLDED
+            if how.stream == kind[0] and (how.events is None or kind[1] in how.events))
+    return route
 
 
-def _latest_attempt_id(row: TaskSummaryRow | None) -> str | None:
-    attempt = row.latest_attempt if row is not None else None
-    return attempt["attemptId"] if attempt else None
-
-
-def fold(current: Current, entries: Iterable[RecordedEntry]) -> Changes:
-    """Fold entries over the current rows (which it does not modify)."""
-    changes = Changes()
-    rows, attempts, runs = dict(current.tasks), dict(current.attempts), dict(current.runs)
-    sessions, turns = dict(current.sessions), dict(current.turns)
+def fold(current: Rows, entries: Iterable[RecordedEntry]) -> Rows:
+    """Fold entries over the current rows (which it does not modify); return changed rows."""
+    changes = Rows()
+    working = current.copy()
+    steps: dict[tuple[str, type], list[Step]] = {}
     for entry in entries:
-        if entry.stream_type == SESSION_STREAM:
-            session_summary.fold_entry(sessions, turns, changes.sessions, entry)
-            continue
-        if entry.stream_type == RUN_STREAM:
-            run = core_records.evolve(runs.get(entry.stream_id), entry)
-            if run is not None:
-                runs[entry.stream_id] = changes.runs[entry.stream_id] = run
-            continue
-        event = entry.event
-        if type(event) is TaskSubmitted:
-            assert isinstance(event, TaskSubmitted)
-            changes.contracts[entry.stream_id] = event.contract
-        old = rows.get(entry.stream_id)
-        attempt_id = attempt_summary.attempt_id_of(entry)
-        if attempt_id is None and type(event) is TaskCancelled:
-            attempt_id = _latest_attempt_id(old)
-        new = task_summary.evolve(old, entry)
-        if new is not old and new is not None:
-            rows[entry.stream_id] = changes.tasks[entry.stream_id] = new
-            queue_stats.add_delta(changes.stats, old, new)
-        if attempt_id is not None:
-            before = attempts.get(attempt_id)
-            after = attempt_summary.evolve(before, entry)
+        kind = (entry.stream_type, type(entry.event))
+        entry_steps = steps.get(kind)
+        if entry_steps is None:
+            entry_steps = steps[kind] = [(how, working.of(p), changes.of(p))
+                                         for p, how in _route(entry)]
+        for how, rows, changed in entry_steps:
+            key = how.key_of(entry, working)
+            if key is None:
+                continue
+            before = rows.get(key)
+            after = how.evolve(before, entry)
             if after is not None and after is not before:
-                attempts[attempt_id] = changes.attempts[attempt_id] = after
-        cursor = read_cursor.evolve(entry)
-        if cursor is not None:
-            changes.cursors[(cursor.reader_id, cursor.task_id)] = cursor
+                rows[key] = changed[key] = after
+    for projection, derived in _DERIVED:
+        before_rows = current.of(derived.source)
+        derived_rows = [row for key, after in changes.of(derived.source).items()
+                        for row in derived.derive(before_rows.get(key), after)]
+        changes.put_all(projection, derived_rows)
     return changes
 
 
-@dataclass
-class Needed:
-    """Ids of the rows a fold of some entries must load first."""
-
-    task_ids: list[str]
-    attempt_ids: list[str]
-    run_ids: list[str]
-    session_ids: list[str] = field(default_factory=list)
-    turn_ids: list[str] = field(default_factory=list)
-
-
-def needed_rows(entries: Iterable[RecordedEntry]) -> Needed:
-    """What to load before folding: rows the entries change but do not create."""
-    created: set[str] = set()
-    tasks: set[str] = set()
-    attempts: set[str] = set()
-    runs: set[str] = set()
-    sessions: set[str] = set()
-    turns: set[str] = set()
+def needed_rows(entries: Iterable[RecordedEntry], loaded: Rows) -> Needed:
+    """Keys of the rows to load before folding, per table: rows the entries change but do
+    not create. Given the rows loaded so far, keys that depend on them are found too (the
+    attempt a cancel closes is the latest attempt of the loaded task row).
+    """
+    created: dict[str, set[Any]] = {}
+    needed: Needed = {}
     for entry in entries:
-        kind = type(entry.event)
-        if entry.stream_type == SESSION_STREAM:
-            if kind is SessionOpened:
-                created.add(entry.stream_id)
-            elif entry.stream_id not in created:
-                sessions.add(entry.stream_id)
-            turn_id = session_summary.turn_id_of(entry)
-            if kind is SessionTurnReserved and turn_id is not None:
-                created.add(turn_id)
-            elif turn_id is not None and turn_id not in created:
-                turns.add(turn_id)
-            continue
-        if kind in (TaskSubmitted, RunCreated):
-            created.add(entry.stream_id)
-            continue
-        if kind is AttemptReserved:
-            created.add(entry.event.attempt_id)
-        if entry.stream_id not in created:
-            (runs if entry.stream_type == RUN_STREAM else tasks).add(entry.stream_id)
-        attempt_id = attempt_summary.attempt_id_of(entry)
-        if attempt_id is not None and attempt_id not in created:
-            attempts.add(attempt_id)
-    return Needed(sorted(tasks), sorted(attempts), sorted(runs), sorted(sessions),
-                  sorted(turns))
-
-
-def cancelled_attempts(entries: Iterable[RecordedEntry],
-                       tasks: dict[str, TaskSummaryRow]) -> list[str]:
-    """Latest attempts of loaded tasks that a cancel in the entries may close."""
-    ids = {_latest_attempt_id(tasks.get(e.stream_id)) for e in entries
-           if type(e.event) is TaskCancelled}
-    return sorted(i for i in ids if i is not None)
+        for projection, how in _route(entry):
+            key = how.key_of(entry, loaded)
+            if key is None:
+                continue
+            made = created.setdefault(projection.table, set())
+            if type(entry.event) in how.created_by:
+                made.add(key)
+            elif key not in made:
+                needed.setdefault(projection.table, set()).add(key)
+    return needed

@@ -7,11 +7,25 @@ its new key; a batch folds its deltas before writing, so a hot counter row is wr
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
-from projections.task_summary import TaskSummaryRow
+import msgspec
+
+from projections.projection import Derived, Merge, Projection
+from projections.task_summary import TASKS, TaskSummaryRow
 
 StatsKey = tuple[str, str, str, str]
 NO_PROFILE = ""
+
+
+class StatsRow(msgspec.Struct, frozen=True):
+    """A row of ``queue_stats``; as a change, ``task_count`` is a delta."""
+
+    queue: str
+    lane: str
+    state: str
+    backend_profile: str
+    task_count: int
 
 
 def stats_key(row: TaskSummaryRow) -> StatsKey:
@@ -30,3 +44,17 @@ def add_delta(deltas: Counter[StatsKey], old: TaskSummaryRow | None,
         deltas[old_key] -= 1
     if new_key is not None:
         deltas[new_key] += 1
+
+
+def _deltas(before: TaskSummaryRow | None, after: TaskSummaryRow) -> Iterator[StatsRow]:
+    """A task's move over a fold: the steps in between cancel out."""
+    old_key, new_key = stats_key(before) if before is not None else None, stats_key(after)
+    if old_key != new_key:
+        if old_key is not None:
+            yield StatsRow(*old_key, -1)
+        yield StatsRow(*new_key, 1)
+
+
+STATS = Projection("queue_stats", StatsRow, key=("queue", "lane", "state", "backend_profile"),
+                   merge=Merge.ADD, origin=Derived(TASKS, _deltas))
+PROJECTIONS = (STATS,)

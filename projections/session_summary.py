@@ -6,7 +6,6 @@ never read the queue's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,8 +21,10 @@ from ledger.events import (
     SessionTurnReserved,
     SessionTurnStarted,
 )
+from ledger.session import STREAM_TYPE as SESSION_STREAM
 from ledger.states import SessionStatus, StorageKind, TurnStatus, session_status_after
 from ledger.streams import RecordedEntry
+from projections.projection import Fold, Projection, Rows
 
 
 class SessionRow(msgspec.Struct, frozen=True):
@@ -90,20 +91,6 @@ class SessionCursorRow(msgspec.Struct, frozen=True):
     change_seq: int
 
 
-SESSION_COLUMNS = tuple(SessionRow.__struct_fields__)
-TURN_COLUMNS = tuple(TurnRow.__struct_fields__)
-CURSOR_COLUMNS = tuple(SessionCursorRow.__struct_fields__)
-
-
-@dataclass
-class SessionChanges:
-    """Session rows a fold produced."""
-
-    sessions: dict[str, SessionRow] = field(default_factory=dict)
-    turns: dict[str, TurnRow] = field(default_factory=dict)
-    cursors: dict[tuple[str, str], SessionCursorRow] = field(default_factory=dict)
-
-
 def _expiry(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -129,14 +116,6 @@ def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
         failure_kind=None, failure_message=None, exit_code=None, prompt_sha256=event.prompt_sha256,
         prompt_bytes=event.prompt_bytes, change_seq=entry.change_seq,
         created_at=entry.recorded_at, started_at=None, finished_at=None)
-
-
-def _reserved_again(first: TurnRow, turn: TurnRow) -> TurnRow:
-    """A turn reserved again keeps its first facts (as the live upsert keeps its columns)."""
-    return msgspec.structs.replace(turn, task_id=first.task_id, thread_id=first.thread_id,
-                                   prompt_sha256=first.prompt_sha256,
-                                   prompt_bytes=first.prompt_bytes,
-                                   created_at=first.created_at)
 
 
 def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
@@ -188,31 +167,52 @@ def turn_id_of(entry: RecordedEntry) -> str | None:
     return None
 
 
-def fold_entry(sessions: dict[str, SessionRow], turns: dict[str, TurnRow],
-               changes: SessionChanges, entry: RecordedEntry) -> None:
-    """Fold one session-stream entry into the working rows and the changes."""
-    event: Any = entry.event
-    if isinstance(event, SessionRead):
-        changes.cursors[(event.reader_id, entry.stream_id)] = SessionCursorRow(
-            event.reader_id, entry.stream_id, event.version, entry.change_seq)
-        return
-    if isinstance(event, SessionOpened):
-        row = _opened(event, entry)
-    else:
-        row = evolve_session(sessions[entry.stream_id], entry)
-    sessions[entry.stream_id] = changes.sessions[entry.stream_id] = row
-    turn_id = turn_id_of(entry)
-    if turn_id is None:
-        return
-    if isinstance(event, SessionTurnReserved):
-        turn = _turn_reserved(event, entry)
-        if turn_id in turns:  # reserved again: its first reservation never got a job
-            turn = _reserved_again(turns[turn_id], turn)
-    else:
-        turn = evolve_turn(turns[turn_id], entry)
-    turns[turn_id] = changes.turns[turn_id] = turn
-
-
 def expires_after(now: datetime, ttl_seconds: int) -> str:
     """The ISO expiry ``ttl_seconds`` after ``now``."""
     return (now + timedelta(seconds=ttl_seconds)).isoformat()
+
+
+def _session_key(entry: RecordedEntry, _rows: Rows) -> str | None:
+    return None if type(entry.event) is SessionRead else entry.stream_id
+
+
+def _session(row: SessionRow | None, entry: RecordedEntry) -> SessionRow | None:
+    event: Any = entry.event
+    if isinstance(event, SessionOpened):
+        return _opened(event, entry)
+    return None if row is None else evolve_session(row, entry)
+
+
+def _turn_key(entry: RecordedEntry, _rows: Rows) -> str | None:
+    return turn_id_of(entry)
+
+
+def _turn(turn: TurnRow | None, entry: RecordedEntry) -> TurnRow | None:
+    event: Any = entry.event
+    if isinstance(event, SessionTurnReserved):
+        return _turn_reserved(event, entry)
+    return None if turn is None else evolve_turn(turn, entry)
+
+
+def _cursor_key(entry: RecordedEntry, _rows: Rows) -> tuple[str, str]:
+    event: Any = entry.event
+    return (event.reader_id, entry.stream_id)
+
+
+def _cursor(_row: SessionCursorRow | None, entry: RecordedEntry) -> SessionCursorRow:
+    event: Any = entry.event
+    return SessionCursorRow(event.reader_id, entry.stream_id, event.version, entry.change_seq)
+
+
+_READ = frozenset({SessionRead})
+SESSIONS = Projection("session_summary", SessionRow, key=("session_id",), origin=Fold(
+    SESSION_STREAM, _session_key, _session, created_by=frozenset({SessionOpened})))
+TURNS = Projection("session_turn", TurnRow, key=("runner_job_id",), origin=Fold(
+    SESSION_STREAM, _turn_key, _turn, events=frozenset(
+        {SessionTurnReserved, SessionTurnStarted, SessionTurnFinished}),
+    created_by=frozenset({SessionTurnReserved})))
+SESSION_CURSORS = Projection("session_read_cursor", SessionCursorRow,
+                             key=("reader_id", "session_id"), origin=Fold(
+                                 SESSION_STREAM, _cursor_key, _cursor, events=_READ,
+                                 created_by=_READ))
+PROJECTIONS = (SESSIONS, TURNS, SESSION_CURSORS)

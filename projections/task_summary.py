@@ -18,7 +18,9 @@ from ledger.events import (
 )
 from ledger.states import TaskStatus
 from ledger.streams import RecordedEntry
+from ledger.task import STREAM_TYPE as TASK_STREAM
 from ledger.task import attempt_state_after, task_state_after
+from projections.projection import Fold, Merge, Projection, Rows
 
 SESSION_PATH = "/api/v1/sessions/{}"
 
@@ -46,7 +48,13 @@ class TaskSummaryRow(msgspec.Struct, frozen=True):
     updated_at: datetime
 
 
-COLUMNS = tuple(TaskSummaryRow.__struct_fields__)
+class ContractRow(msgspec.Struct, frozen=True):
+    """A row of ``task_contract``: the contract a task was submitted with, never changed."""
+
+    task_id: str
+    contract: dict[str, Any]
+
+
 
 
 def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow | None:
@@ -117,3 +125,23 @@ def _latest(row: TaskSummaryRow, event: Any, **fields: Any) -> dict[str, Any] | 
             attempt["attemptId"]:
         return attempt
     return {**attempt, "state": attempt_state_after(attempt["state"], event), **fields}
+
+
+def _stream_row(entry: RecordedEntry, _rows: Rows) -> str:
+    return entry.stream_id
+
+
+def _contract(_row: ContractRow | None, entry: RecordedEntry) -> ContractRow:
+    event = entry.event
+    assert isinstance(event, TaskSubmitted)
+    return ContractRow(entry.stream_id, event.contract)
+
+
+TASKS = Projection("task_summary", TaskSummaryRow, key=("task_id",), origin=Fold(
+    TASK_STREAM, _stream_row, evolve, created_by=frozenset({TaskSubmitted})))
+CONTRACTS = Projection("task_contract", ContractRow, key=("task_id",), merge=Merge.KEEP,
+                       origin=Fold(TASK_STREAM, _stream_row, _contract,
+                                   events=frozenset({TaskSubmitted}),
+                                   created_by=frozenset({TaskSubmitted})))
+PROJECTIONS = (TASKS, CONTRACTS)
+COLUMNS = TASKS.columns
