@@ -77,10 +77,14 @@ class Masker:
         self.longest = 0
 
     def add(self, value: str) -> None:
-        """Register one secret value (whitespace around it ignored); short ones are skipped."""
+        """Register one secret value (whitespace around it ignored; a value of several lines
+        also line by line, since output is masked per line); short ones are skipped."""
         value = value.strip()
         if len(value) < MIN_MASK_LENGTH:
             return
+        lines = value.splitlines()
+        if len(lines) > 1:
+            self.add_all(lines)
         forms = encoded_forms(value) - self._forms
         if forms:
             with self._lock:

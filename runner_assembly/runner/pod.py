@@ -80,7 +80,7 @@ def backend(spec_path: Path) -> int:
                         masker)
         code = child.wait()
         relays.join()
-    return code
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
 
 
 def register_pod_secrets(masker: Masker, plan: dict[str, Any], env: dict[str, str]) -> None:
