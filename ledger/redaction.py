@@ -1,43 +1,103 @@
-"""The one redaction function every outward path goes through (responses, CLI, logs, events)."""
+"""The pattern net every outward path goes through (responses, CLI, logs, events).
+
+The runner masks every secret value it projected by value first
+(:mod:`runner_assembly.runner.masking`); this is the second net, for secrets it never saw. It
+only cuts shapes that are credentials: URL userinfo with a password, ``*_TOKEN=``-style
+pairs, JSON ``"token": "..."`` pairs, bearer/basic credentials, private-key blocks and known
+token prefixes. Ordinary identifiers and paths pass unchanged. Every pattern is compiled
+with RE2, so a pass is linear in the text, whatever the text holds.
+"""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from typing import Any
 
-REDACTED = "[redacted]"
+import re2
 
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]*:[^/\s@]*@")
-_URL_USER_TOKEN = re.compile(r"(?P<scheme>https?://)[^/\s:@]{16,}@")
-_KEY_VALUE_SECRET = re.compile(
-    r"(?i)\b(?P<key>password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|auth)"
-    r"(?P<sep>\s*[=:]\s*)(?P<quote>['\"]?)[^\s'\"&;,]+"
+REDACTED = "[redacted]"
+_KEY_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = 64 << 20
+
+
+def _compile(pattern: str) -> Any:
+    """Compiled for UTF-8 bytes: the str path of the binding costs more per match."""
+    return re2.compile(pattern.encode(), _OPTIONS)
+
+
+_URL_CREDENTIALS = _compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s]*@")
+"""``scheme://user:password@``: greedy up to the last ``@``, so a password may hold ``@``
+(no capture group: RE2 then needs only its DFA, however long the match)."""
+_URL_USER_TOKEN = _compile(r"https?://[^/\s:@]{16,}@")
+_SECRET_WORD = (r"(?:token|secret|password|passwd|pwd|api[_-]?key|access[_-]?key"
+                r"|private[_-]?key|credentials?|[_-]key)")
+_KEY_VALUE_SECRET = _compile(
+    r"(?i)[a-z0-9_.-]*" + _SECRET_WORD + r"\\?[\"']?\s*[=:]\s*"
+    r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\]|\\[^\"])*\\\"|'[^']*'"
+    r"|[\"']?[^\s'\"&;,}]+)"
 )
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_KNOWN_TOKENS = re.compile(
+"""``GH_TOKEN=v``, ``password: v``, ``"api_key": "v"`` (also JSON inside a JSON string).
+No capture groups (RE2 then needs only its DFA); the match is taken apart in Python."""
+_AUTH_SCHEME = _compile(r"(?i)\b(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
+_KNOWN_TOKENS = _compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
-    r"|xox[abpors]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
     r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
 )
-# Long opaque mixed-case/digit strings look like tokens; pure hex (hashes, commit ids) does not.
-_OPAQUE = re.compile(r"\b(?=[A-Za-z0-9_\-+/]*[0-9])(?=[A-Za-z0-9_\-+/]*[A-Z])"
-                     r"(?=[A-Za-z0-9_\-+/]*[a-z])[A-Za-z0-9_\-+/]{32,}={0,2}")
+_PRIVATE_KEY = _compile(r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*"
+                        r"PRIVATE KEY-----|\z)")
+_SECRET_KEY = _compile(r"(?i)(?:password|passwd|secret|token|api[_-]?key|access[_-]?key"
+                       r"|private[_-]?key|client[_-]?secret|credentials?)")
+
+
+def _userinfo(text: str) -> str:
+    scheme = text.split("://", 1)[0]
+    return f"{scheme}://{REDACTED}@"
+
+
+def _key_value(text: str) -> str:
+    after_key = text.lstrip(_KEY_CHARS)
+    after_close = after_key[2:] if after_key.startswith('\\"') else (
+        after_key[1:] if after_key[:1] in "\"'" else after_key)
+    value = after_close.lstrip().lstrip("=:").lstrip()
+    head = text[:len(text) - len(value)]
+    quote = value[:2] if value.startswith('\\"') else value[:1] if value[:1] in "\"'" else ""
+    closing = quote if len(value) > 2 * len(quote) and value.endswith(quote) else ""
+    return f"{head}{quote}{REDACTED}{closing}"
+
+
+def _auth_scheme(text: str) -> str:
+    scheme, value = text.split(None, 1)
+    if value.isalpha():
+        return text  # a word after "basic"/"token" (no digit or symbol): not a secret
+    return f"{scheme} {REDACTED}"
 
 
 def redact_text(text: str) -> str:
-    """Remove URL credentials, connection-string passwords and token-shaped values from text."""
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-    text = _URL_USER_TOKEN.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-    text = _KEY_VALUE_SECRET.sub(
-        lambda m: f"{m['key']}{m['sep']}{m['quote']}{REDACTED}", text
-    )
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    text = _KNOWN_TOKENS.sub(REDACTED, text)
-    return _OPAQUE.sub(REDACTED, text)
+    """Cut credential-shaped values (see the module docstring) from ``text``."""
+    if not text:
+        return text
+    data = text.encode(errors="surrogatepass")
+    for pattern, replace in _PASSES:
+        data = pattern.sub(replace, data)
+    return str(data.decode(errors="surrogatepass"))
 
 
-_SECRET_KEY = re.compile(r"(?i)^(password|passwd|secret|token|api[_-]?key|access[_-]?key"
-                         r"|private[_-]?key|client[_-]?secret|credentials?)$")
+def _using(rewrite: Callable[[str], str]) -> Callable[[Any], bytes]:
+    return lambda match: rewrite(match[0].decode(errors="surrogatepass")).encode(
+        errors="surrogatepass")
+
+
+_PASSES: list[tuple[Any, Callable[[Any], bytes]]] = [
+    (_PRIVATE_KEY, lambda _: REDACTED.encode()),
+    (_URL_CREDENTIALS, _using(_userinfo)),
+    (_URL_USER_TOKEN, _using(_userinfo)),
+    (_KEY_VALUE_SECRET, _using(_key_value)),
+    (_AUTH_SCHEME, _using(_auth_scheme)),
+    (_KNOWN_TOKENS, lambda _: REDACTED.encode()),
+]
 
 
 def redact(value: Any) -> Any:
@@ -46,12 +106,16 @@ def redact(value: Any) -> Any:
         return redact_text(value)
     if isinstance(value, dict):
         return {
-            key: REDACTED if _SECRET_KEY.match(str(key)) and value_is_set(item) else redact(item)
+            key: REDACTED if _secret_key(str(key)) and value_is_set(item) else redact(item)
             for key, item in value.items()
         }
     if isinstance(value, list):
         return [redact(item) for item in value]
     return value
+
+
+def _secret_key(key: str) -> bool:
+    return _SECRET_KEY.fullmatch(key.encode(errors="surrogatepass")) is not None
 
 
 def value_is_set(value: Any) -> bool:

@@ -41,6 +41,7 @@ class Assembler:
         self.plan: dict[str, Any] = spec["plan"]
         self.layout = layout
         self.secrets = secrets
+        self.masker = secrets.masker
         self.job_secret_dir = job_secret_dir
         self.event = self._initial_event()
 
@@ -111,7 +112,10 @@ class Assembler:
         env = self._backend_env(path, skill_dirs)
         env.update(tool_env)
         if not self.mounted:
-            env.update(projection.per_job_env(self.job_secret_dir, plan["perJobSecret"]["keys"]))
+            job_env = projection.per_job_env(self.job_secret_dir, plan["perJobSecret"]["keys"])
+            self.masker.add_all(job_env[name] for name in plan["transientEnv"]["names"]
+                                if name in job_env)
+            env.update(job_env)
         self._step("start-backend")
         return Launch(env=env, stdin=stdin)
 
@@ -163,8 +167,9 @@ class Assembler:
         return env
 
     def bounded_event(self) -> dict[str, Any]:
-        """The event as written: redacted, and cut to its bound by dropping long lists."""
-        event: dict[str, Any] = redact(self.event)
+        """The event as written: masked by value, redacted, and cut to its bound by dropping
+        long lists."""
+        event: dict[str, Any] = redact(self.masker.mask_json(self.event))
         for key in ("tools", "skills", "bundles", "smoke"):
             if len(json.dumps(event)) <= MAX_EVENT_BYTES:
                 break

@@ -8,7 +8,8 @@ prompt on standard input and an explicit environment, and reports the terminal s
 ``status.json``. The session volume (a directory) is linked at
 ``${BACKEND_HOME}/<rollout_subdir>``; after the backend the runner writes the volume summary
 to ``storage.json``. Runner events go to ``trace.jsonl``. Secret values are copied, never
-printed.
+printed: every line the job writes out is masked by value first
+(:mod:`runner_assembly.runner.masking`).
 The secret root comes as an argument, never in ``spec.json``; with ``--bwrap`` the backend
 runs in the job's sandbox (:mod:`runner_assembly.runner.sandbox`).
 """
@@ -36,6 +37,7 @@ from runner_assembly.assembly.names import (
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.jobfiles import write_json_atomically
 from runner_assembly.runner.layout import Layout, local_layout
+from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume, summarize
@@ -44,13 +46,15 @@ BLOCKER_FILE = ".svc-blocker"
 """A backend names a SPEC 7 blocker kind in this file (e.g. a missing thread rollout)."""
 THREAD_FILE = ".svc-thread"
 """A backend that started a new thread writes its threadId here."""
+MASKER = Masker()
+"""Every secret value this job projected; each line leaving the job is masked with it."""
 
 
 def trace(folder: Path, kind: str, **fields: Any) -> None:
     """Append one runner event to the job's trace channel (names and counts, no values)."""
     entry = {"at": datetime.now(UTC).isoformat(), "kind": kind, **fields}
     with (folder / CHANNEL_FILES["trace"]).open("a") as handle:
-        handle.write(json.dumps(entry, sort_keys=True) + "\n")
+        handle.write(MASKER.mask_text(json.dumps(entry, sort_keys=True)) + "\n")
 
 
 def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, Any]:
@@ -62,7 +66,7 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"))
     if spec.get("volume_dir"):
         link_volume(layout, Path(spec["volume_dir"]))
-    assembler = Assembler(spec, layout, SecretSource(secret_root),
+    assembler = Assembler(spec, layout, SecretSource(secret_root, MASKER),
                           folder / JOB_SECRET_DIR)
     try:
         launch = assembler.run()
@@ -85,9 +89,14 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     try:
         with (folder / "prompt.txt").open("rb") as stdin, \
                 (folder / CHANNEL_FILES["output"]).open("wb") as stdout, \
-                (folder / "stderr.log").open("wb") as stderr:
-            code = subprocess.call(command, cwd=layout.workspace, stdin=stdin,
-                                   stdout=stdout, stderr=stderr, env=launch.env)
+                (folder / "stderr.log").open("wb") as stderr, \
+                subprocess.Popen(command, cwd=layout.workspace, stdin=stdin,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=launch.env) as backend:
+            assert backend.stdout is not None and backend.stderr is not None
+            relays = Relays([(backend.stdout, stdout), (backend.stderr, stderr)], MASKER)
+            code = backend.wait()
+            relays.join()
     except OSError as error:
         return {"state": JobState.FAILED, "failureKind": FailureKind.INFRA_FAILED,
                 "failureMessage": f"backend command could not start: {error.strerror}"}
@@ -134,7 +143,7 @@ def main() -> int:
         os._exit(143)
 
     signal.signal(signal.SIGTERM, on_term)
-    report = run(folder, args.secret_root, args.bwrap)
+    report = MASKER.mask_json(run(folder, args.secret_root, args.bwrap))
     if not (folder / "status.json").exists():
         write_json_atomically(folder / "status.json", report)
     return 0

@@ -3,19 +3,25 @@
 ``assemble`` (init container) runs the assembly steps and writes, into the shared home, the
 bounded assembly event and the launch file (non-secret environment and the prompt).
 ``backend`` (main container) starts the backend with that environment plus the secret
-references Kubernetes injected (``secretKeyRef``), named by the plan.
+references Kubernetes injected (``secretKeyRef``), named by the plan, and relays its output
+masked by value (:mod:`runner_assembly.runner.masking`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import (
     JOB_SPEC_KEY,
+    POD_BACKEND_HOME,
     POD_HOME,
     POD_JOB_SPEC_DIR,
     POD_SECRETS_ROOT,
@@ -23,6 +29,7 @@ from runner_assembly.assembly.names import (
 )
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.layout import Layout
+from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
 
 STATE_DIR = Path(POD_HOME) / ".svc"
@@ -54,17 +61,41 @@ def assemble(spec_path: Path) -> int:
 
 
 def backend(spec_path: Path) -> int:
-    """Exec the backend with the launch environment and the injected secret references."""
+    """Run the backend with the launch environment and the injected secret references; its
+    output leaves the pod masked by value."""
     plan = json.loads(spec_path.read_text())["plan"]
     launch = json.loads((STATE_DIR / "launch.json").read_text())
     env = dict(launch["env"])
     for entry in plan["env"]:
         if entry["source"] != "static" and entry["name"] in os.environ:
             env[entry["name"]] = os.environ[entry["name"]]
-    os.chdir(launch["workspace"])
-    descriptor = os.open(STATE_DIR / "prompt.txt", os.O_RDONLY)
-    os.dup2(descriptor, 0)
-    os.execvpe(launch["command"][0], launch["command"], env)
+    masker = Masker()
+    register_pod_secrets(masker, plan, env)
+    with (STATE_DIR / "prompt.txt").open("rb") as stdin, \
+            subprocess.Popen(launch["command"], cwd=launch["workspace"], stdin=stdin,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as child:
+        signal.signal(signal.SIGTERM, lambda signum, frame: child.terminate())
+        assert child.stdout is not None and child.stderr is not None
+        relays = Relays([(child.stdout, sys.stdout.buffer), (child.stderr, sys.stderr.buffer)],
+                        masker)
+        code = child.wait()
+        relays.join()
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+
+
+def register_pod_secrets(masker: Masker, plan: dict[str, Any], env: dict[str, str]) -> None:
+    """Register what the backend container holds: secret env values, transient env values,
+    the profile secret copied into the backend home and the mounted volume credentials."""
+    transient = set(plan["transientEnv"]["names"])
+    for entry in plan["env"]:
+        if entry["source"] == "secret" or entry["name"] in transient:
+            masker.add(env.get(entry["name"], ""))
+    for use in plan["secrets"]:
+        folder = {"provider": Path(POD_BACKEND_HOME),
+                  "tool": Path(use.get("mountPath") or "/nonexistent")}.get(use["role"])
+        for key in use["keys"] if folder is not None else ():
+            with contextlib.suppress(OSError):
+                masker.add_file((folder / key).read_text(errors="replace"))
 
 
 def main() -> int:

@@ -3,11 +3,13 @@
 The profile secret is copied into the per-run writable ``BACKEND_HOME`` (0600); a volume
 tool credential is copied read-only below the home (``/home/svc/...``); an env tool
 credential and the per-job secret become environment entries of the backend only. Values
-are never logged, returned in a report or written anywhere else.
+are never logged, returned in a report or written anywhere else, and every value read here
+is registered with the job's :class:`~runner_assembly.runner.masking.Masker`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -16,13 +18,16 @@ from typing import Any
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.layout import Layout
+from runner_assembly.runner.masking import Masker
 
 
 class SecretSource:
-    """Where the runner finds secret keys: ``<root>/<namespace>/<name>/<key>``."""
+    """Where the runner finds secret keys: ``<root>/<namespace>/<name>/<key>``; every value
+    it hands out is registered with ``masker``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, masker: Masker | None = None) -> None:
         self.root = root
+        self.masker = masker if masker is not None else Masker()
 
     def folder(self, use: dict[str, Any]) -> Path:
         """The directory of one referenced secret."""
@@ -38,14 +43,23 @@ class SecretSource:
                 raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                       f"secret {use['name']} lacks key {key}") from None
             os.chmod(into / key, mode)
+            self.masker.add_file((into / key).read_text(errors="replace"))
 
     def value(self, use: dict[str, Any], key: str) -> str:
         """One key's value, for an env projection of the backend only."""
         try:
-            return (self.folder(use) / key).read_text().strip()
+            value = (self.folder(use) / key).read_text().strip()
         except FileNotFoundError:
             raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                   f"secret {use['name']} lacks key {key}") from None
+        self.masker.add(value)
+        return value
+
+    def register(self, use: dict[str, Any]) -> None:
+        """Register the keys of a secret the runner does not copy (the repository credential)."""
+        for key in use["keys"]:
+            with contextlib.suppress(OSError):
+                self.masker.add_file((self.folder(use) / key).read_text(errors="replace"))
 
 
 def project_profile(secrets: list[dict[str, Any]], source: SecretSource,
@@ -76,7 +90,10 @@ def project_tools(secrets: list[dict[str, Any]], source: SecretSource,
 def repository_credential(secrets: list[dict[str, Any]], source: SecretSource) -> Path | None:
     """The repository credential's directory, used by git's askpass only."""
     use = next((s for s in secrets if s["role"] == "repository"), None)
-    return source.folder(use) if use else None
+    if use is None:
+        return None
+    source.register(use)
+    return source.folder(use)
 
 
 def per_job_env(job_secret_dir: Path, names: list[str]) -> dict[str, str]:

@@ -24,7 +24,7 @@ import msgspec
 
 from ledger.database import start_embedded
 from ledger.migrate import migrate
-from tests.benchmarks import tools
+from tests.benchmarks import masking, tools
 from tests.benchmarks.load import load
 from tests.support import with_database, write_profile_secret
 
@@ -190,6 +190,9 @@ class Bench:
         self.report("dispatch_started_vs_spawn_p50",
                     _percentile(started, 50) / _percentile(spawn, 50))
 
+    def mask_figures(self) -> None:
+        masking.figures(self.report)
+
     def close(self) -> None:
         self.server.cleanup()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -271,7 +274,7 @@ async def _analyze(url: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, smaller data")
-    parser.add_argument("--only", choices=["submit", "read", "replay", "dispatch"],
+    parser.add_argument("--only", choices=["submit", "read", "replay", "dispatch", "mask"],
                         action="append")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -279,7 +282,7 @@ def main() -> int:
         return 1
     bench = Bench(args.quick)
     try:
-        for part in args.only or ["submit", "read", "replay", "dispatch"]:
+        for part in args.only or ["submit", "read", "replay", "dispatch", "mask"]:
             getattr(bench, f"{part}_figures")()
     finally:
         bench.close()

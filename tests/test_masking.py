@@ -1,0 +1,143 @@
+"""The by-value masker (runner side) and the pattern net (``ledger.redaction``): forms,
+streams split across writes, user text left alone, and linear cost on adversarial input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.redaction import redact, redact_text
+from runner_assembly.runner.masking import MASK, LineMasker, Masker
+
+VALUE = "P@ss#w/rd!%:canary-4c3e"
+
+
+def forms(value: str) -> list[str]:
+    raw = value.encode()
+    shifted = [encode(b"xyz"[:shift] + raw + b"tail").decode()
+               for shift in range(3) for encode in (base64.b64encode, base64.urlsafe_b64encode)]
+    return [value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value),
+            quote_plus(value), *shifted]
+
+
+def test_every_form_is_masked() -> None:
+    masker = Masker()
+    masker.add(VALUE)
+    for form in forms(VALUE):
+        masked = masker.mask_text(f"before {form} after")
+        assert masked.startswith("before ") and MASK in masked, form
+        assert VALUE not in masked and form not in masked
+
+
+def test_short_values_are_not_masked() -> None:
+    masker = Masker()
+    masker.add("true")
+    masker.add("12345")
+    assert masker.mask_text("true 12345") == "true 12345"
+
+
+def test_structured_file_registers_content_lines_and_strings() -> None:
+    masker = Masker()
+    masker.add_file('{"token": "json-secret-1", "nested": {"k": ["list-secret-2"]}}\n')
+    masker.add_file('password = "toml-secret-3"\nuser = "someone"\n')
+    text = masker.mask_text("json-secret-1 list-secret-2 toml-secret-3 someone")
+    assert text == f"{MASK} {MASK} {MASK} {MASK}"
+    assert masker.mask_text('password = "toml-secret-3"') == MASK
+
+
+def test_value_split_across_writes_and_long_lines() -> None:
+    masker = Masker()
+    masker.add(VALUE)
+    out: list[bytes] = []
+    stream = LineMasker(masker, out.append, max_carry=16)
+    stream.feed(b"x" * 40 + VALUE[:5].encode())
+    stream.feed(VALUE[5:].encode() + b" " + b"y" * 40 + VALUE[:3].encode())
+    stream.feed(VALUE[3:].encode() + b"\nlast")
+    stream.close()
+    joined = b"".join(out)
+    assert VALUE.encode() not in joined
+    assert joined == b"x" * 40 + MASK.encode() + b" " + b"y" * 40 + MASK.encode() + b"\nlast"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=6, max_size=40).filter(lambda v: len(v.strip()) >= 6
+                                               and len(v.splitlines()) == 1),
+       st.lists(st.integers(min_value=0, max_value=200), max_size=4))
+def test_no_form_survives_any_chunking(value: str, cuts: list[int]) -> None:
+    masker = Masker()
+    masker.add(value)
+    data = ("log " + "\n".join(f"{form} x" for form in forms(value.strip())) + "\n").encode()
+    out: list[bytes] = []
+    stream = LineMasker(masker, out.append, max_carry=32)
+    start = 0
+    for cut in sorted(c % (len(data) + 1) for c in cuts):
+        stream.feed(data[start:cut])
+        start = max(start, cut)
+    stream.feed(data[start:])
+    stream.close()
+    assert value.strip().encode() not in b"".join(out)
+
+
+def test_pattern_net_cuts_credentials() -> None:
+    cases = {
+        "GIT_HOST_TOKEN=abc123def": "GIT_HOST_TOKEN=[redacted]",
+        "DB_PASSWORD=hunter22": "DB_PASSWORD=[redacted]",
+        "GH_TOKEN=xyz987654 next": "GH_TOKEN=[redacted] next",
+        'x {"token": "v4lue-secret"} y': 'x {"token": "[redacted]"} y',
+        '{"api_key": "a\\"b", "secret": "s"}': '{"api_key": "[redacted]", "secret": "[redacted]"}',
+        "clone https://bot:p@ss@host/x.git": "clone https://[redacted]@host/x.git",
+        "Authorization: Bearer eyJabc.def123": "Authorization: Bearer [redacted]",
+        "use ghp_" + "a" * 36: "use [redacted]",
+        "AKIAABCDEFGHIJKLMNOP": "[redacted]",
+        "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\nok": "[redacted]\nok",
+    }
+    for text, expected in cases.items():
+        assert redact_text(text) == expected, text
+    assert redact({"password": "x", "name": "GH_TOKEN=abcdef1"}) == {
+        "password": "[redacted]", "name": "GH_TOKEN=[redacted]"}
+
+
+def test_pattern_net_leaves_user_text_alone() -> None:
+    for text in ("Fix TestHttpClientRetriesOnTimeoutWith503Status in client_test.go",
+                 "src/main/java/com/example/service/OrderProcessingService2.java",
+                 "commit 3f2a9c1e0b5d7a8c9e1f3a5b7c9d1e3f5a7b9c1d", "basic functionality",
+                 "max_tokens=4096", "id 01J8Z3Q4XKSV1W2M3N4P5Q6R7S", "http://host:8080/a@b"):
+        assert redact_text(text) == text
+
+
+def test_one_mebibyte_of_adversarial_text_is_linear() -> None:
+    size = 1 << 20
+    masker = Masker()
+    masker.add_all([VALUE, "a" * 30 + "b", "SecretCanaryValue-7f3a9c2e1b8d4f6a0c5e"])
+    samples = ["a" * size, ("GH_TOKEN=" * (size // 9)), ("https://u:" + "@" * 54) * (size // 64),
+               ("ghp_" + "A" * 19 + "-") * (size // 24), VALUE[:-1] * (size // len(VALUE)),
+               ('"token": "' + "\\" * 54) * (size // 64)]
+    for text in samples:
+        started = time.perf_counter()
+        redact_text(text)
+        masker.mask_text(text)
+        assert time.perf_counter() - started < 1.0, text[:40]
+
+
+def test_pod_registers_env_transient_and_volume_secrets(tmp_path: Path) -> None:
+    from runner_assembly.runner.pod import register_pod_secrets
+
+    (tmp_path / "id_ed25519").write_text("-----BEGIN KEY-----\nvolume-secret-line\n")
+    plan = {"env": [{"name": "GIT_HOST_TOKEN", "source": "secret"},
+                    {"name": "LAB_API_KEY", "source": "per-job-secret"},
+                    {"name": "EXT_SSH_ENDPOINT", "source": "per-job-secret"},
+                    {"name": "HOME", "source": "static"}],
+            "transientEnv": {"names": ["LAB_API_KEY"]},
+            "secrets": [{"role": "tool", "mountPath": str(tmp_path), "keys": ["id_ed25519"]}]}
+    env = {"GIT_HOST_TOKEN": "tool-token-value", "LAB_API_KEY": "lab-key-value",
+           "EXT_SSH_ENDPOINT": "ssh.example:22", "HOME": "/home/svc"}
+    masker = Masker()
+    register_pod_secrets(masker, plan, env)
+    text = "tool-token-value lab-key-value volume-secret-line ssh.example:22 /home/svc"
+    assert masker.mask_text(text) == f"{MASK} {MASK} {MASK} ssh.example:22 /home/svc"
