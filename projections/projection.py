@@ -53,6 +53,8 @@ def _column_type(annotation: Any) -> tuple[str, bool]:
     base = get_origin(annotation) or annotation
     if base in (dict, list) or annotation is Any:
         return "json", True
+    if isinstance(base, type) and issubclass(base, str):  # a StrEnum of the vocabulary
+        return "text", False
     return _SQL_TYPES[base], False
 
 
