@@ -8,6 +8,7 @@ CHECKOV := .venv-checkov/bin/checkov
 .PHONY: setup bwrap run test lint test-embedded test-pg15 bench clean
 
 $(STAMP): pyproject.toml
+	@echo "svc: creating $(VENV) and installing the dependencies (first time: about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -25,6 +26,7 @@ bwrap:
 setup: $(STAMP) bwrap
 
 run: $(STAMP) bwrap
+	@echo "svc: starting the service (embedded Postgres in .svc/, migrations, then the API)"
 	$(BIN)/svc serve
 
 test: lint test-embedded test-pg15

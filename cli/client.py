@@ -60,19 +60,26 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param
          body: bytes | None = None) -> ApiResponse:
     """Send one request to the API; ``params`` with None values are left out."""
     query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
-    url = options.api.rstrip("/") + path
+    url = base_url(options.api) + path
     headers = {"content-type": "application/json"} if body is not None else {}
     try:
         response = httpx.request(method, url, params=query, content=body, headers=headers,
                                  timeout=30.0)
     except httpx.HTTPError as error:
-        raise ApiUnreachable(f"cannot reach the API at {options.api}: {type(error).__name__}")\
-            from None
+        raise ApiUnreachable(
+            f"cannot reach the API at {base_url(options.api)} ({type(error).__name__}); is "
+            "`svc serve` running there? (--api or SVC_API_URL name another address)") from None
     try:
         data = msgspec.json.decode(response.content) if response.content else None
     except msgspec.DecodeError:
         data = None
     return ApiResponse(response.status_code, data, response.text)
+
+
+def base_url(api: str) -> str:
+    """The API's base URL; ``host:port`` alone means plain HTTP there."""
+    api = api.strip().rstrip("/")
+    return api if "://" in api else f"http://{api}"
 
 
 def _query_value(value: str | int | bool) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from cyclopts import App
+from cyclopts import App, CycloptsError
 
 from cli.admin import db_app, ledger_app
 from cli.manifest_cmd import manifest_app
@@ -31,11 +31,18 @@ app.command(ledger_app)
 app.command(manifest_app)
 
 
+EXIT_USAGE = 2
+"""Exit status of a command line the program cannot parse (README: 1 refused, 2 usage,
+3 unreachable)."""
+
+
 def run() -> None:
     """Entry point of the ``svc`` console script."""
     try:
-        result = app()
+        result = app(exit_on_error=False)
         sys.stdout.flush()
+    except CycloptsError:  # already printed by cyclopts: an unknown command, option or value
+        sys.exit(EXIT_USAGE)
     except BrokenPipeError:  # `svc queue list | head`: the reader left; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

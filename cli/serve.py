@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -67,6 +69,7 @@ def serve(
 ) -> int:
     """Run the API. Data lives under SVC_DATA_DIR (default .svc): an embedded Postgres is
     started there unless SVC_DATABASE_URL names a server. Migrations are applied first."""
+    import asyncpg
     import uvicorn
 
     from api.app import create_app
@@ -89,8 +92,17 @@ def serve(
         render.error("invalid-request", f"unknown runner driver {settings.driver!r}; "
                      f"SVC_RUNNER_DRIVER is one of {', '.join(DRIVERS)}")
         return 2
-    urls = resolve_database_urls()
-    applied = asyncio.run(_migrate(urls.owner))
+    refusal = _unusable_address(host, port)
+    if refusal is not None:
+        render.error("invalid-request", refusal)
+        return 2
+    try:
+        urls = resolve_database_urls()
+        applied = asyncio.run(_migrate(urls.owner))
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+        render.error("infra-failed", f"cannot use the database ({type(error).__name__}: "
+                     f"{error}); is SVC_DATABASE_URL right and its server up?")
+        return 3
     server, url = urls.server, urls.app
     where = ("SVC_DATABASE_URL" if server is None
              else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
@@ -105,6 +117,28 @@ def serve(
     render.out(QUICK_START.format(api=api))
     sys.stdout.flush()  # the banner reaches a log file now, not when the server stops
     configure_logging(os.environ.get("SVC_LOG_LEVEL", "INFO").upper())
-    uvicorn.run(create_app(url, settings=settings), host=host, port=port, log_level="warning",
-                access_log=False, log_config=None, **uvicorn_options(http))
+    # uvicorn re-raises SIGTERM after its graceful shutdown: exit through Python instead, so
+    # the embedded Postgres is stopped (and its pid list cleared) on SIGTERM as on Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    try:
+        uvicorn.run(create_app(url, settings=settings), host=host, port=port,
+                    log_level="warning", access_log=False, log_config=None,
+                    **uvicorn_options(http))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server is not None:
+            server.cleanup()
     return 0
+
+
+def _unusable_address(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be served (a bad port, or another process holds it)."""
+    if not 1 <= port <= 65535:
+        return f"SVC_PORT/--port must be between 1 and 65535, not {port}"
+    try:
+        with socket.create_server((host, port)):
+            return None
+    except OSError as error:
+        return f"cannot listen on {host}:{port}: {error.strerror} (is another `svc serve` " \
+               "running? set SVC_PORT or --port)"

@@ -1,0 +1,115 @@
+"""The ``svc`` program behaves like one: usage errors exit 2, unreachable things exit 3 with
+a hint, ``svc serve`` refuses what it cannot serve before it announces anything, and the
+embedded Postgres stops with the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port, svc_executable
+from tests.test_cli import svc
+
+
+@pytest.mark.parametrize("args", [
+    ("queue", "lsit"), ("queue", "list", "--stat", "running"),
+    ("queue", "list", "--state", "bogus"), ("sessions", "ps", "--state", "bogus"),
+    ("queue", "retry", "tsk_x", "--idempotency-key", "k"),
+])
+def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    result = svc(*args, api="http://127.0.0.1:9")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_api_suggests_starting_the_service() -> None:
+    result = svc("queue", "list", api="127.0.0.1:9")
+    assert result.returncode == 3
+    assert "cannot reach the API at http://127.0.0.1:9" in result.stderr
+    assert "svc serve" in result.stderr
+
+
+async def test_api_accepts_host_and_port(served_api: str) -> None:
+    result = svc("queue", "list", "--raw", api=served_api.removeprefix("http://"))
+    assert result.returncode == 0, result.stderr
+    assert "items" in json.loads(result.stdout)
+
+
+def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {"PATH": os.environ.get("PATH", ""), "SVC_DATA_DIR": str(tmp_path / "data"), **env}
+    return subprocess.run([svc_executable(), "serve"], capture_output=True, text=True,
+                          env=full, timeout=120)
+
+
+def test_serve_refuses_a_port_out_of_range(tmp_path: Path) -> None:
+    result = _serve(tmp_path, SVC_PORT="99999", SVC_DATABASE_URL="postgresql://x@127.0.0.1:9/x")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: invalid-request: SVC_PORT/--port must be between "
+                                     "1 and 65535, not 99999")
+    assert result.stdout == ""
+
+
+def test_serve_refuses_a_port_in_use_before_the_banner(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = _serve(tmp_path, SVC_PORT=str(port),
+                        SVC_DATABASE_URL="postgresql://x@127.0.0.1:9/x")
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+def test_serve_reports_an_unreachable_database_in_one_line(tmp_path: Path) -> None:
+    result = _serve(tmp_path, SVC_PORT=str(free_port()),
+                    SVC_DATABASE_URL="postgresql://svc@127.0.0.1:9/svc")
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: infra-failed: cannot use the database")
+    assert "svc serve" not in result.stdout
+
+
+def _embedded_postgres_running(data: Path) -> bool:
+    found = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+    return any(str(data / "pg") in line and "postgres" in line for line in found.splitlines())
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_the_embedded_postgres_stops_with_the_server(tmp_path: Path,
+                                                     stop: signal.Signals) -> None:
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATA_DIR": str(tmp_path / "data"),
+           "SVC_PORT": str(port), "SVC_SHUTDOWN_GRACE_S": "2"}
+    env.pop("SVC_DATABASE_URL", None)
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        assert _embedded_postgres_running(tmp_path / "data")
+        process.send_signal(stop)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.monotonic() + 15
+    while _embedded_postgres_running(tmp_path / "data") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _embedded_postgres_running(tmp_path / "data")
+    pids = tmp_path / "data" / "pg" / ".handle_pids.json"
+    assert not pids.exists() or json.loads(pids.read_text()) == []
