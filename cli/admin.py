@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import asyncpg
@@ -14,10 +16,23 @@ db_app = App(name="db", help="Database schema.")
 ledger_app = App(name="ledger", help="The append-only ledger: replay and audit.")
 
 
+class NoServiceData(Exception):
+    """There is no database to read here: no SVC_DATABASE_URL and no embedded one."""
+
+
 async def _connect(*, owner: bool = False) -> tuple[asyncpg.Connection, Any]:
-    """A connection as the service's role, or as the schema owner (migrations)."""
+    """A connection as the service's role, or as the schema owner (migrations).
+
+    Only ``svc db migrate`` (``owner``) may start a new embedded database: reading commands
+    run in a directory without one would otherwise audit an empty, fresh Postgres.
+    """
     from ledger.database import resolve_database_urls
 
+    if not owner and not os.environ.get("SVC_DATABASE_URL"):
+        where = Path(os.environ.get("SVC_DATA_DIR", ".svc")).expanduser().resolve()
+        if not (where / "pg").is_dir():
+            raise NoServiceData(f"no service database under {where}: run this where `svc serve` "
+                                "keeps its data (SVC_DATA_DIR), or set SVC_DATABASE_URL")
     urls = await asyncio.to_thread(resolve_database_urls)
     return await asyncpg.connect(urls.owner if owner else urls.app), urls.server
 
@@ -58,7 +73,11 @@ def anchor() -> int:
             await conn.close()
         return 0
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except NoServiceData as error:
+        render.error("not-found", str(error))
+        return 3
 
 
 @ledger_app.command
@@ -105,3 +124,6 @@ def replay(*, verify: Annotated[bool, Parameter(
     except DomainError as error:
         render.error(error.code, error.message)
         return 1
+    except NoServiceData as error:
+        render.error("not-found", str(error))
+        return 3

@@ -113,3 +113,14 @@ def test_the_embedded_postgres_stops_with_the_server(tmp_path: Path,
     assert not _embedded_postgres_running(tmp_path / "data")
     pids = tmp_path / "data" / "pg" / ".handle_pids.json"
     assert not pids.exists() or json.loads(pids.read_text()) == []
+
+
+@pytest.mark.parametrize("args", [("ledger", "replay", "--verify"), ("ledger", "anchor")])
+def test_ledger_commands_refuse_a_directory_without_service_data(tmp_path: Path,
+                                                                  args: tuple[str, ...]) -> None:
+    result = subprocess.run([svc_executable(), *args], capture_output=True, text=True,
+                            cwd=tmp_path, env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.startswith("error: not-found: no service database under")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / ".svc").exists()  # nothing created, no Postgres started
