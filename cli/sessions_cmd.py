@@ -12,6 +12,7 @@ import msgspec
 from cyclopts import App, Parameter
 
 from api import session_wire as sw
+from api.wire import Prompt
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
 from cli.queue_cmd import EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
@@ -183,6 +184,11 @@ def send(
         return EXIT_USAGE
     text = _prompt(prompt_stdin, prompt_file, prompt)
     if text is None:
+        return EXIT_USAGE
+    try:  # checked before anything is created: a refused prompt leaves no orphan session
+        msgspec.convert(text, Prompt)
+    except msgspec.ValidationError:
+        render.error("invalid-request", "the prompt must be 1 to 65536 characters long")
         return EXIT_USAGE
     options = api or ApiOptions()
     wanted = _profile(profile)

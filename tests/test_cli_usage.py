@@ -124,3 +124,12 @@ def test_ledger_commands_refuse_a_directory_without_service_data(tmp_path: Path,
     assert result.stderr.startswith("error: not-found: no service database under")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / ".svc").exists()  # nothing created, no Postgres started
+
+
+async def test_an_empty_prompt_creates_no_session(served_api: str) -> None:
+    before = svc("sessions", "ps", "--state", "all", "--raw", api=served_api)
+    result = svc("sessions", "send", "--prompt", "", api=served_api)
+    assert result.returncode == 2
+    assert "error: invalid-request: the prompt must be 1 to 65536 characters" in result.stderr
+    after = svc("sessions", "ps", "--state", "all", "--raw", api=served_api)
+    assert json.loads(after.stdout)["items"] == json.loads(before.stdout)["items"]
