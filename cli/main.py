@@ -21,6 +21,7 @@ app = App(
          "Start the service with `svc serve`, then use `svc queue …` and `svc sessions …` "
          "against it.",
     version=VERSION,
+    help_format="plaintext",
 )
 app.command(serve)
 app.command(queue_app)

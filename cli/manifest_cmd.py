@@ -13,9 +13,12 @@ manifest_app = App(name="manifest", help="Deployment manifests (SPEC 2.12).")
 
 
 @manifest_app.command
-def validate(files: list[Path], *, endpoint: Annotated[str | None, Parameter(
-        env_var="SVC_DEPLOY_ENDPOINT",
-        help="The deployment endpoint `endpoint` must equal.")] = None) -> int:
+def validate(files: Annotated[list[Path], Parameter(
+        negative=(), help="Manifest files (YAML or JSON) to check.")], *,
+        endpoint: Annotated[str | None, Parameter(
+            env_var="SVC_DEPLOY_ENDPOINT",
+            help="The deployment endpoint a manifest's endpoint field must equal.")] = None,
+        ) -> int:
     """Check YAML or JSON manifests; print every violation with its JSON path.
 
     Exit status 0 when all are valid, 1 when any is not, 2 when a file cannot be read.

@@ -76,8 +76,10 @@ def submit(
     """Submit a task. It waits in its queue until dispatched; nothing is scheduled.
 
     The JSON needs tenantId, projectId, queue, title and payload.prompt, e.g.
-    echo '{"tenantId":"t","projectId":"p","queue":"main","title":"Fix","payload":{"prompt":"…"}}'
-    | svc queue submit --json-stdin
+
+      echo '{"tenantId": "t", "projectId": "p", "queue": "main",
+             "title": "Fix", "payload": {"prompt": "…"}}' |
+        svc queue submit --json-stdin
     """
     body = read_json_input(json_stdin, json_file)
     if body is None:
@@ -91,7 +93,8 @@ def submit(
 @queue_app.command(name="list")
 def list_tasks(
     *, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
-    state: TaskStatus | None = None,
+    state: Annotated[TaskStatus | None, Parameter(
+        help="Only tasks in this state (default: every state).")] = None,
     cursor: Annotated[str | None, Parameter(help="Continue from a previous page.")] = None,
     limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")] = None,
     updated_after: Annotated[int | None, Parameter(

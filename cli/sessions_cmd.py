@@ -40,7 +40,10 @@ def _profile(profile: ProfileName | None) -> str | None:
 
 
 @sessions_app.command
-def ps(*, state: SessionFilter = SessionFilter.DEFAULT, profile: ProfileName | None = None,
+def ps(*, state: Annotated[SessionFilter, Parameter(
+        help="running, unread (by --reader-id), terminal, idle or all; default: running "
+             "and unread.")] = SessionFilter.DEFAULT,
+       profile: ProfileName | None = None,
        reader_id: Reader = "cli",
        cursor: Annotated[str | None, Parameter(help="Continue from a previous page.")] = None,
        limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")]

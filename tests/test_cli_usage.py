@@ -133,3 +133,15 @@ async def test_an_empty_prompt_creates_no_session(served_api: str) -> None:
     assert "error: invalid-request: the prompt must be 1 to 65536 characters" in result.stderr
     after = svc("sessions", "ps", "--state", "all", "--raw", api=served_api)
     assert json.loads(after.stdout)["items"] == json.loads(before.stdout)["items"]
+
+
+def test_help_text_reads_as_written() -> None:
+    send = svc("sessions", "send", "--help").stdout
+    assert "svc sessions send ses_… --prompt-stdin" in send  # no markdown eating "_"
+    validate = svc("manifest", "validate", "--help").stdout
+    assert "--empty-files" not in validate and "endpoint endpoint" not in validate
+    submit = svc("queue", "submit", "--help").stdout
+    assert '"title": "Fix", "payload": {"prompt": "…"}}\' |' in submit
+    for listing in (svc("queue", "list", "--help").stdout, svc("sessions", "ps", "--help").stdout):
+        state_line = next(line for line in listing.splitlines() if "--state" in line)
+        assert "[choices" not in state_line.split("--state", 1)[1][:20]  # a description first
