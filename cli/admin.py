@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import asyncpg
 from cyclopts import App, Parameter
 
 from cli import render
+
+if TYPE_CHECKING:
+    import asyncpg
 
 db_app = App(name="db", help="Database schema.")
 ledger_app = App(name="ledger", help="The append-only ledger: replay and audit.")
@@ -26,6 +28,8 @@ async def _connect(*, owner: bool = False) -> tuple[asyncpg.Connection, Any]:
     Only ``svc db migrate`` (``owner``) may start a new embedded database: reading commands
     run in a directory without one would otherwise audit an empty, fresh Postgres.
     """
+    import asyncpg
+
     from ledger.database import resolve_database_urls
 
     if not owner and not os.environ.get("SVC_DATABASE_URL"):
