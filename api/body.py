@@ -17,6 +17,9 @@ MAX_DEPTH = 32
 THREAD_BODY_BYTES = 16 * 1024
 """Bodies larger than this are decoded and scanned in a worker thread, off the event loop."""
 Gate = Callable[[Any], None]
+RUNTIME_KEY_PATHS = frozenset({"$.transientEnv.LAB_API_KEY"})
+"""The one place a key may be sent (SPEC 5.2 rule 8): the owner-scoped runtime key reaches
+the job through its per-job secret and is never stored, so its shape is not refused."""
 
 
 class CredentialInRequest(DomainError):
@@ -89,7 +92,7 @@ def check_strings(value: Any, depth: int = 0, path: str = "$") -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidRequest("strings must not contain NUL characters")
-        if holds_credential(value):
+        if path not in RUNTIME_KEY_PATHS and holds_credential(value):
             raise CredentialInRequest(
                 f"{path} holds a credential; pass secrets by reference (secretRef)",
                 path=path)

@@ -181,6 +181,15 @@ async def test_the_refusal_names_the_json_path_never_the_value(client: Any) -> N
     assert token not in response.text and token[:10] not in response.text
 
 
+def test_the_runtime_key_is_the_one_key_a_body_may_carry() -> None:
+    key = CREDENTIALS["sk-"]
+    check_strings({"transientEnv": {"LAB_API_KEY": key}})
+    with pytest.raises(CredentialInRequest):
+        check_strings({"transientEnv": {"OWNER_HINT": key}})
+    with pytest.raises(CredentialInRequest):
+        check_strings({"payload": {"LAB_API_KEY": key}})
+
+
 # --- nothing rewritten -------------------------------------------------------------------
 
 ORDINARY = [
