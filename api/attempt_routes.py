@@ -11,6 +11,7 @@ from api import wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.params import DryRunFlag, Limit, QueueDep, RetryCursor, TaskId
+from runner_assembly.assembly import model
 
 
 class AttemptController(Controller):
@@ -24,7 +25,8 @@ class AttemptController(Controller):
                        task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
-        body = await read_body(request, wire.DispatchBody, empty_ok=True)
+        body = await read_body(request, wire.DispatchBody, empty_ok=True,
+                               gate=model.gate)
         return await queue_api.dispatch(task_id, body, dry_run)
 
     @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS)

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
 
-from ledger.errors import InvalidRequest
+from ledger.errors import DomainError, InvalidRequest
+from ledger.redaction import holds_credential
 
 T = TypeVar("T")
 MAX_DEPTH = 32
+THREAD_BODY_BYTES = 16 * 1024
+"""Bodies larger than this are decoded and scanned in a worker thread, off the event loop."""
+Gate = Callable[[Any], None]
+RUNTIME_KEY_PATHS = frozenset({"$.transientEnv.LAB_API_KEY"})
+"""The one place a key may be sent (SPEC 5.2 rule 8): the owner-scoped runtime key reaches
+the job through its per-job secret and is never stored, so its shape is not refused."""
+
+
+class CredentialInRequest(DomainError):
+    """A string in the request body holds a credential; send a secret reference instead."""
+
+    code = "credential-in-request"
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
@@ -20,21 +35,34 @@ def _decoder(kind: type[T]) -> msgspec.json.Decoder[T]:
     return _decoders[kind]
 
 
-def decode(raw: bytes, kind: type[T], *, empty_ok: bool) -> T:
-    """Decode ``raw`` into ``kind`` or raise ``invalid-request`` naming the problem."""
+def decode(raw: bytes, kind: type[T], *, empty_ok: bool, gate: Gate | None = None) -> T:
+    """Decode ``raw`` into ``kind`` or raise ``invalid-request`` naming the problem.
+
+    Every string is checked (:func:`check_strings`) before anything else looks at it; with a
+    ``gate``, the body is decoded as plain JSON first, passed to the gate, then converted.
+    """
     if not raw.strip():
         if empty_ok:
             raw = b"{}"
         else:
             raise InvalidRequest("a JSON object body is required")
+    if gate is None:
+        value = _parse(raw, kind)
+        check_strings(msgspec.to_builtins(value))
+        return value
+    document: Any = _parse(raw, Any)
+    check_strings(document)
+    gate(document)
+    return convert(document, kind)
+
+
+def _parse(raw: bytes, kind: type[T]) -> T:
     try:
-        value = _decoder(kind).decode(raw)
+        return _decoder(kind).decode(raw)
     except msgspec.ValidationError as error:
         raise InvalidRequest(f"invalid body: {error}") from None
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         raise InvalidRequest("body is not valid JSON") from None
-    check_strings(msgspec.to_builtins(value))
-    return value
 
 
 def convert(value: Any, kind: type[T]) -> T:
@@ -45,22 +73,42 @@ def convert(value: Any, kind: type[T]) -> T:
         raise InvalidRequest(f"invalid body: {error}") from None
 
 
-async def read_body(request: Request[Any, Any, Any], kind: type[T], *, empty_ok: bool = False) -> T:
-    """Read and strictly decode the request body."""
-    return decode(await request.body(), kind, empty_ok=empty_ok)
+async def read_body(request: Request[Any, Any, Any], kind: type[T], *, empty_ok: bool = False,
+                    gate: Gate | None = None) -> T:
+    """Read and strictly decode the request body (every JSON body of the API passes here);
+    a large one is decoded and scanned in a worker thread."""
+    raw = await request.body()
+    if len(raw) > THREAD_BODY_BYTES:
+        return await asyncio.to_thread(decode, raw, kind, empty_ok=empty_ok, gate=gate)
+    return decode(raw, kind, empty_ok=empty_ok, gate=gate)
 
 
-def check_strings(value: Any, depth: int = 0) -> None:
-    """Refuse NUL characters anywhere (Postgres text cannot hold them) and deep nesting."""
+def check_strings(value: Any, depth: int = 0, path: str = "$") -> None:
+    """Refuse NUL characters anywhere (Postgres text cannot hold them), deep nesting, and
+    any string holding a high-confidence credential (``credential-in-request``, naming the
+    JSON path, never the value)."""
     if depth > MAX_DEPTH:
         raise InvalidRequest(f"body nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidRequest("strings must not contain NUL characters")
+        if path not in RUNTIME_KEY_PATHS and holds_credential(value):
+            raise CredentialInRequest(
+                f"{path} holds a credential; pass secrets by reference (secretRef)",
+                path=path)
     elif isinstance(value, dict):
         for key, item in value.items():
-            check_strings(key, depth + 1)
-            check_strings(item, depth + 1)
+            check_strings(key, depth + 1, f"{path} (a key)")
+            check_strings(item, depth + 1, _member(path, str(key)))
     elif isinstance(value, list):
-        for item in value:
-            check_strings(item, depth + 1)
+        for index, item in enumerate(value):
+            check_strings(item, depth + 1, f"{path}[{index}]")
+
+
+def _member(path: str, key: str) -> str:
+    """``$.a.b``, or ``$["a b"]`` for a key that is not a plain name."""
+    if key.isidentifier() and key.isascii():
+        return f"{path}.{key}"
+    if holds_credential(key):
+        return f"{path}[?]"
+    return f"{path}[{msgspec.json.encode(key).decode()}]"

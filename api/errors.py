@@ -20,6 +20,7 @@ log = logging.getLogger("svc.api")
 STATUS_BY_CODE = {
     "invalid-request": 400,
     "schema-invalid": 400,
+    "credential-in-request": 400,
     "not-found": 404,
     "method-not-allowed": 405,
     "payload-too-large": 413,

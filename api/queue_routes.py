@@ -8,7 +8,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import wire
-from api.body import convert, read_body
+from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.params import (
     CommanderLimit,
@@ -22,16 +22,7 @@ from api.params import (
     TaskStateQuery,
     UpdatedAfter,
 )
-from ledger.redaction import redact_text
 from runner_assembly.assembly import model as assembly
-
-
-def submit_body(raw: Any) -> wire.SubmitBody:
-    """Decode and check a submitted contract (old input names refused, assembly checked)."""
-    assembly.reject_old_inputs(raw)
-    body = convert(raw, wire.SubmitBody)
-    assembly.check(body.resource_bundle_ref, body.execution_policy, body.workspace_ref)
-    return body
 
 
 class QueueController(Controller):
@@ -44,7 +35,7 @@ class QueueController(Controller):
     async def submit(self, request: Request[Any, Any, Any], queue_api: QueueDep,
                      dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
         """Submit a task: validates the contract and stores it; never schedules."""
-        body = submit_body(await read_body(request, Any))
+        body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
         return await queue_api.submit(body, dry_run)
 
     @get("/tasks", responses=READ_ERRORS)
@@ -68,7 +59,7 @@ class QueueController(Controller):
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
         body = await read_body(request, wire.CancelBody, empty_ok=True)
-        reason = redact_text(body.reason) if body.reason else None
+        reason = body.reason or None
         return await queue_api.cancel(task_id, reason, dry_run)
 
     @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)

@@ -18,6 +18,7 @@ from api import wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.params import DryRunFlag, QueueDep, RunId
+from runner_assembly.assembly import model
 
 
 class RunnerJobController(Controller):
@@ -36,5 +37,6 @@ class RunnerJobController(Controller):
                      run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""
-        body = await read_body(request, wire.RunnerJobBody, empty_ok=True)
+        body = await read_body(request, wire.RunnerJobBody, empty_ok=True,
+                               gate=model.gate)
         return await queue_api.create_runner_job(run_id, body, dry_run)

@@ -32,6 +32,7 @@ from api.params import (
 )
 from api.services import DEFAULT_READER
 from ledger.states import SessionFilter
+from runner_assembly.assembly import model
 
 
 class SessionController(Controller):
@@ -44,7 +45,8 @@ class SessionController(Controller):
     async def create(self, request: Request[Any, Any, Any], session_api: SessionDep,
                      dry_run: DryRunFlag = False) -> Response[sw.SessionDetail | wire.DryRun]:
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
-        body = await read_body(request, sw.SessionCreateBody, empty_ok=True)
+        body = await read_body(request, sw.SessionCreateBody, empty_ok=True,
+                               gate=model.gate_run_base)
         return await session_api.create(body, dry_run)
 
     @get("/", responses=READ_ERRORS)
@@ -118,5 +120,5 @@ class RunCommandController(Controller):
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's
         thread. An evicted session answers ``session-store-evicted`` and creates nothing."""
-        body = await read_body(request, sw.CommandBody)
+        body = await read_body(request, sw.CommandBody, gate=model.gate)
         return await session_api.add_command(run_id, body, dry_run)

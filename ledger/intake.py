@@ -1,4 +1,4 @@
-"""Turns a validated submit contract into a ``SubmitTask`` command: ids, lane, hash, redaction."""
+"""Turns a validated submit contract into a ``SubmitTask`` command, stored as sent."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 
 from ledger.ids import new_id
-from ledger.redaction import redact
 from ledger.task import SubmitTask
 
 DEFAULT_LANE = "default"
@@ -29,10 +28,11 @@ def split_queue(queue: str) -> tuple[str, str]:
 def submit_command(contract: dict[str, Any], *, actor: str) -> SubmitTask:
     """A submit command for a contract already validated against the wire schema.
 
-    Secret-shaped values are redacted before the contract enters the ledger; ``payloadHash``
-    is the hash of that stored contract, so it can be verified from the ledger alone.
+    The contract is stored as sent (None fields dropped), never rewritten: a body holding a
+    credential was refused before it got here (``credential-in-request``). ``payloadHash`` is
+    the hash of the stored contract, so it can be verified from the ledger alone.
     """
-    stored = redact({key: value for key, value in contract.items() if value is not None})
+    stored = {key: value for key, value in contract.items() if value is not None}
     queue, lane = split_queue(stored["queue"])
     return SubmitTask(
         task_id=new_id("tsk"),

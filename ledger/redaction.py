@@ -41,15 +41,29 @@ _KEY_VALUE_SECRET = _compile(
 """``GH_TOKEN=v``, ``password: v``, ``"api_key": "v"`` (also JSON inside a JSON string).
 No capture groups (RE2 then needs only its DFA); the match is taken apart in Python."""
 _AUTH_SCHEME = _compile(r"(?i)\b(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
-_KNOWN_TOKENS = _compile(
+_KNOWN_TOKENS_PATTERN = (
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
     r"|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
     r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
 )
-_PRIVATE_KEY = _compile(r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*"
+_KNOWN_TOKENS = _compile(_KNOWN_TOKENS_PATTERN)
+_PRIVATE_KEY_BEGIN = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+_PRIVATE_KEY = _compile(r"(?s)" + _PRIVATE_KEY_BEGIN + r".*?(?:-----END [A-Z0-9 ]*"
                         r"PRIVATE KEY-----|\z)")
+_CREDENTIAL = _compile(
+    "|".join(f"(?:{p})" for p in (
+        _PRIVATE_KEY_BEGIN,
+        r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@][^/\s]*@",
+        _KNOWN_TOKENS_PATTERN)))
+"""The high-confidence credentials intake refuses (DESIGN 8): the same token prefixes and
+private-key header as the net, and URL userinfo with a non-empty password."""
 _SECRET_KEY = _compile(r"(?i)(?:password|passwd|secret|token|api[_-]?key|access[_-]?key"
                        r"|private[_-]?key|client[_-]?secret|credentials?)")
+
+
+def holds_credential(text: str) -> bool:
+    """True when ``text`` holds a high-confidence credential (linear: one RE2 search)."""
+    return bool(text) and _CREDENTIAL.search(text.encode(errors="surrogatepass")) is not None
 
 
 def _userinfo(text: str) -> str:

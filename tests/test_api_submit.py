@@ -144,21 +144,26 @@ async def test_dry_run_of_an_invalid_body_is_still_refused(client: Any) -> None:
 async def test_secret_shaped_values_never_reach_the_ledger_or_responses(
     client: Any, database_url: str
 ) -> None:
+    """Issue 13: a credential is refused at intake (never stored, never echoed); nothing
+    else is rewritten, so the rest of a contract is stored as sent."""
     canary = "CanarySecretValue0123456789abcdefXYZ"
-    body = task_body(
-        payload={"prompt": f"clone https://bot:{canary}@git.example.org/x.git"},
-        metadata={"token": canary, "note": f"password={canary}",
-                  "dsn": f"postgresql://app:{canary}@db:5432/x"},
-    )
-    refused = await client.post(TASKS, json={**body, "workspaceRef": {
-        "repoUrl": f"https://{canary}@git.example.org/y.git"}})
+    before = await snapshot(database_url)
+    refused = await client.post(TASKS, json=task_body(workspaceRef={
+        "repoUrl": f"https://{canary}@git.example.org/y.git"}))
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "schema-invalid"
     assert canary not in refused.text, "a credential in a repository URL is refused unechoed"
-    response = await client.post(TASKS, json=body)
-    assert response.status_code == 201
-    assert canary not in response.text
+    for fields in ({"payload": {"prompt": f"clone https://bot:{canary}@git.example.org/x.git"}},
+                   {"metadata": {"dsn": f"postgresql://app:{canary}@db:5432/x"}}):
+        response = await client.post(TASKS, json=task_body(**fields))
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "credential-in-request"
+        assert canary not in response.text
     listed = await client.get(TASKS)
     assert canary not in listed.text
+    assert await snapshot(database_url) == before
+    response = await client.post(TASKS, json=task_body(
+        payload={"prompt": "clone https://git.example.org/x.git"}))
+    assert response.status_code == 201
     import asyncpg
 
     conn = await asyncpg.connect(database_url)

@@ -161,19 +161,23 @@ async def test_ledger_replay_and_db_migrate(served_api: str, database_url: str) 
 
 async def test_no_secret_reaches_cli_output(served_api: str) -> None:
     canary = "CliCanaryToken9876543210abcdefGHIJ"
-    body = task_body(payload={"prompt": f"use https://bot:{canary}@git.example.org/r.git"},
-                     metadata={"apiKey": canary})
+    refused = svc("queue", "submit", "--json-stdin", "--full", api=served_api, stdin=json.dumps(
+        task_body(payload={"prompt": f"use https://bot:{canary}@git.example.org/r.git"})))
+    assert refused.returncode == 1 and "credential-in-request" in refused.stderr  # issue 13
+    body = task_body(metadata={"apiKey": canary, "note": f"DB_PASSWORD={canary}"})
     created = svc("queue", "submit", "--json-stdin", "--full", api=served_api,
                   stdin=json.dumps(body))
     assert created.returncode == 0
-    outputs = [created]
+    outputs = [refused, created]
     task_id = json.loads(svc("queue", "list", "--raw", api=served_api).stdout)["items"][0][
         "taskId"]
-    for args in (("queue", "show", task_id, "--full"), ("queue", "show", task_id, "--raw"),
+    for args in (("queue", "show", task_id, "--full"),
                  ("queue", "list", "--full"), ("queue", "commander", "--full")):
         outputs.append(svc(*args, api=served_api))
     for result in outputs:
         assert canary not in result.stdout + result.stderr
+    raw = json.loads(svc("queue", "show", task_id, "--raw", api=served_api).stdout)
+    assert raw["contract"]["metadata"] == body["metadata"], "--raw: the API's JSON, as sent"
 
 
 async def test_the_server_survives_clients_that_hang_up_mid_response(served_api: str) -> None:

@@ -71,11 +71,14 @@ async def test_logs_are_json_lines_with_request_ids_and_no_secrets(
     async with running_api(database_url, tmp_path) as base, httpx.AsyncClient(
             base_url=base) as http:
         body = task_body(payload={"prompt": f"https://bot:{canary}@git.example.org/x"})
+        await http.post(TASKS, json=body, headers={"x-request-id": "trace-0"})  # refused
+        body = task_body(metadata={"note": f"GH_TOKEN={canary}"})
         await http.post(TASKS, json=body, headers={"x-request-id": "trace-1"})
         await http.get(f"{TASKS}/nope-{canary}")
     log = next(tmp_path.glob("serve-*.log")).read_text()
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     access = [line for line in lines if line["logger"] == "svc.access"]
+    assert any(line["requestId"] == "trace-0" and line["status"] == 400 for line in access)
     assert any(line["requestId"] == "trace-1" and line["status"] == 201 for line in access)
     assert all({"ts", "level", "logger", "msg", "requestId"} <= set(line) for line in lines)
     assert canary not in log

@@ -121,7 +121,8 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
         refused = await post("/api/v1/queue/tasks", task_body(
             resourceBundleRef={"kind": "gitbundle", "repoUrl": url}))
         assert refused.status_code == 400
-        assert refused.json()["error"]["code"] == "schema-invalid"
+        # issue 13: a URL password is refused at intake, before the assembly gate
+        assert refused.json()["error"]["code"] == "credential-in-request"
     outputs += [path.read_text() for path in tmp_path.glob("serve-*.log")]
     conn = await asyncpg.connect(database_url)
     try:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from ledger.errors import DomainError
+from ledger.errors import DomainError, InvalidRequest
 from ledger.states import FailureKind
 
 FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
@@ -173,7 +173,11 @@ def check_projection(credential: ToolCredential, index: int) -> None:
         if not path.startswith(VOLUME_ROOT) or ".." in path.split("/") or "\x00" in path:
             raise SchemaInvalid(f"{field}.projection.mountPath must be below {VOLUME_ROOT}"
                                 " without ..", field=field)
-        if credential.purpose == "git-host-ssh" and (
+        if credential.tool == "ext-ssh":
+            raise SchemaInvalid(f"{field}: ext-ssh projects only key EXT_SSH_CLIENT_TOKEN "
+                                "into env EXT_SSH_CLIENT_TOKEN", field=field)
+        if (credential.purpose == "git-host-ssh" or path.rstrip("/") == "/home/svc/.ssh"
+                or any(key in SSH_KEYS or key.startswith("id_") for key in keys)) and (
                 path.rstrip("/") != "/home/svc/.ssh" or sorted(keys) != sorted(SSH_KEYS)):
             raise SchemaInvalid(f"{field}: the code-host SSH purpose mounts keys "
                                 f"{', '.join(SSH_KEYS)} at /home/svc/.ssh", field=field)
@@ -238,13 +242,59 @@ def check(resource_bundle: ResourceBundleRef | None,
 
 
 def reject_old_inputs(raw: Any) -> None:
-    """Old resource-bundle inputs and a request-body ``gitMirror`` are ``schema-invalid``."""
+    """Old resource-bundle inputs (at its top or in any ``bundles[]`` item) and a
+    request-body ``gitMirror`` are ``schema-invalid``."""
     bundle = raw.get("resourceBundleRef") if isinstance(raw, dict) else None
-    if isinstance(bundle, dict):
+    if not isinstance(bundle, dict):
+        return
+    items = bundle.get("bundles")
+    places = [("resourceBundleRef", bundle)] + [
+        (f"resourceBundleRef.bundles[{i}]", item)
+        for i, item in enumerate(items if isinstance(items, list) else [])
+        if isinstance(item, dict)]
+    for where, part in places:
         for old in OLD_BUNDLE_INPUTS:
-            if old in bundle:
-                raise SchemaInvalid(f"resourceBundleRef.{old} is an old input and is not "
-                                    "accepted", field=f"resourceBundleRef.{old}")
+            if old in part:
+                raise SchemaInvalid(f"{where}.{old} is an old input and is not accepted",
+                                    field=f"{where}.{old}")
+
+
+class AssemblyInputs(Strict, frozen=True):
+    """The assembly fields an entry may carry; every other field is the entry's own."""
+
+    workspaceRef: WorkspaceRef | None = None
+    resourceBundleRef: ResourceBundleRef | None = None
+    executionPolicy: ExecutionPolicy | None = None
+    transientEnv: TransientEnv | None = None
+
+
+ASSEMBLY_FIELDS = tuple(AssemblyInputs.__struct_fields__)
+
+
+def gate(raw: Any) -> None:
+    """The one validation gate (DESIGN 8) of every entry carrying assembly inputs: submit,
+    dispatch, the runner-job API, session run bases and run commands, on the decoded JSON
+    before anything is stored or reserved. Old inputs and the rules no type states are
+    ``schema-invalid``; a malformed field is ``invalid-request``."""
+    if not isinstance(raw, dict):
+        return
+    reject_old_inputs(raw)
+    present = {key: raw[key] for key in ASSEMBLY_FIELDS if key in raw}
+    if not present:
+        return
+    try:
+        inputs = msgspec.convert(present, AssemblyInputs)
+    except msgspec.ValidationError as error:
+        raise InvalidRequest(f"invalid body: {error}") from None
+    check(inputs.resourceBundleRef, inputs.executionPolicy, inputs.workspaceRef)
+    if inputs.transientEnv:
+        from runner_assembly.assembly.transient_env import check_names  # builds on this module
+        check_names(inputs.transientEnv)
+
+
+def gate_run_base(raw: Any) -> None:
+    """The gate for a body whose assembly inputs sit under ``runBase`` (a session)."""
+    gate(raw.get("runBase") if isinstance(raw, dict) else None)
 
 
 def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dict[str, str],

@@ -29,6 +29,13 @@ def check_transient_env(env: dict[str, str], contract: dict[str, Any],
 
     Messages name the variable, never its value.
     """
+    check_names(env)
+    policy = msgspec.convert(contract.get("executionPolicy") or {}, ExecutionPolicy)
+    requires_ext_ssh_endpoint(policy, env, defaults.extSshEndpoints)
+
+
+def check_names(env: dict[str, str]) -> None:
+    """``schema-invalid`` for a credential name or a name the runner sets itself."""
     for name in sorted(env):
         if name in CREDENTIAL_NAMES or name.endswith(("_PRIVATE_KEY", "_PASSWORD")):
             raise SchemaInvalid(f"transientEnv.{name} is a credential; credentials travel "
@@ -36,5 +43,3 @@ def check_transient_env(env: dict[str, str], contract: dict[str, Any],
         if name in RESERVED_NAMES or name.startswith("SVC_"):
             raise SchemaInvalid(f"transientEnv.{name} is set by the runner itself",
                                 field=f"transientEnv.{name}")
-    policy = msgspec.convert(contract.get("executionPolicy") or {}, ExecutionPolicy)
-    requires_ext_ssh_endpoint(policy, env, defaults.extSshEndpoints)

@@ -362,8 +362,16 @@ class Dispatcher:
         ), ACTOR)
 
     async def _fail(self, task_id: str, attempt_id: str, kind: str, message: str) -> None:
-        await self.writer.execute(
+        """Fail the attempt's materialisation, then end its run with the same blocker
+        (SPEC 5.2 rule 9): the run and command records never stay ``created``."""
+        outcome = await self.writer.execute(
             FailMaterialization(task_id, attempt_id, kind, bounded(message)), ACTOR)
+        attempt = outcome.state.attempt(attempt_id) if outcome.state is not None else None
+        ended = {AttemptStatus.BLOCKED: RunStatus.BLOCKED, AttemptStatus.FAILED: RunStatus.FAILED}
+        if attempt is not None and attempt.ids is not None and attempt.state in ended:
+            await self.writer.execute(FinishRun(
+                attempt.ids.run_id, ended[attempt.state], failure_kind=kind,
+                failure_message=bounded(message)), ACTOR)
 
     async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
         """Write the core terminal state of the latest attempt back; None when nothing to do."""

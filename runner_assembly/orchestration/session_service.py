@@ -17,7 +17,6 @@ import msgspec
 
 from ledger.errors import InvalidTransition, NotFound, Refused
 from ledger.ids import new_id
-from ledger.redaction import redact
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
 from ledger.states import FailureKind, JobState, StorageKind
@@ -77,7 +76,7 @@ class SessionService:
                                   request.backend_profile, persistent=True)
             return session_id
         conversation = request.conversation_id or "cnv_" + session_id.removeprefix("ses_")
-        base = redact(request.run_base)
+        base = request.run_base
         run_id = new_id("run")
         await self.writer.execute(CreateRun(
             run_id=run_id, task_id="", attempt_id="", command_id="", runner_job_id="",

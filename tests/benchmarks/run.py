@@ -24,7 +24,7 @@ import msgspec
 
 from ledger.database import start_embedded
 from ledger.migrate import migrate
-from tests.benchmarks import masking, tools
+from tests.benchmarks import health, masking, tools
 from tests.benchmarks.load import load
 from tests.support import with_database, write_profile_secret
 
@@ -193,6 +193,11 @@ class Bench:
     def mask_figures(self) -> None:
         masking.figures(self.report)
 
+    def health_figures(self) -> None:
+        url = self.database("bench_health")
+        with self.api(url) as base:
+            health.figures(self.report, base, self.seconds)
+
     def close(self) -> None:
         self.server.cleanup()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -274,15 +279,17 @@ async def _analyze(url: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, smaller data")
-    parser.add_argument("--only", choices=["submit", "read", "replay", "dispatch", "mask"],
+    parser.add_argument("--only", choices=["submit", "read", "replay", "dispatch", "mask",
+                                                "health"],
                         action="append")
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
+    parts = args.only or ["submit", "read", "replay", "dispatch", "mask", "health"]
+    if {"submit", "read"} & set(parts) and shutil.which("wrk") is None:
         print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
         return 1
     bench = Bench(args.quick)
     try:
-        for part in args.only or ["submit", "read", "replay", "dispatch", "mask"]:
+        for part in parts:
             getattr(bench, f"{part}_figures")()
     finally:
         bench.close()
