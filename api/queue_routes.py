@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import wire
@@ -14,6 +12,7 @@ from api.params import (
     CommanderLimit,
     Cursor,
     DryRunFlag,
+    HttpRequest,
     Limit,
     QueueDep,
     QueueQuery,
@@ -26,7 +25,7 @@ from ledger.redaction import redact_text
 from runner_assembly.assembly import model as assembly
 
 
-def submit_body(raw: Any) -> wire.SubmitBody:
+def submit_body(raw: object) -> wire.SubmitBody:
     """Decode and check a submitted contract (old input names refused, assembly checked)."""
     assembly.reject_old_inputs(raw)
     body = convert(raw, wire.SubmitBody)
@@ -41,10 +40,10 @@ class QueueController(Controller):
     tags = ("queue",)
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
-    async def submit(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def submit(self, request: HttpRequest, queue_api: QueueDep,
                      dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
         """Submit a task: validates the contract and stores it; never schedules."""
-        body = submit_body(await read_body(request, Any))
+        body = submit_body(await read_body(request, object))
         return await queue_api.submit(body, dry_run)
 
     @get("/tasks", responses=READ_ERRORS)
@@ -63,7 +62,7 @@ class QueueController(Controller):
 
     @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK,
           responses=WRITE_ERRORS)
-    async def cancel(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def cancel(self, request: HttpRequest, queue_api: QueueDep,
                      task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -72,7 +71,7 @@ class QueueController(Controller):
         return await queue_api.cancel(task_id, reason, dry_run)
 
     @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def read(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def read(self, request: HttpRequest, queue_api: QueueDep,
                    task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""

@@ -244,13 +244,16 @@ class SessionRead(msgspec.Struct, frozen=True, tag="session-read", tag_field="ty
 SessionEvent = (SessionOpened | SessionTurnReserved | SessionTurnStarted | SessionTurnFinished
                 | SessionStorageRefreshed | SessionEvicted | SessionCancelled | SessionRead)
 
+LedgerEvent = TaskEvent | RunEvent | SessionEvent
+"""Any stored event, of any stream."""
+
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
     TaskSubmitted, TaskCancelled, AttemptReserved, AttemptMaterialized,
     AttemptMaterializationFailed, AttemptFinished,
 )
 """Events that change the task itself (bump ``version``); a read changes only a cursor."""
 
-EVENT_TYPES: dict[type[Any], str] = {
+EVENT_TYPES: dict[type[msgspec.Struct], str] = {
     kind: kind.__struct_config__.tag
     for kind in (*TaskEvent.__args__, *RunEvent.__args__, *SessionEvent.__args__)
 }

@@ -120,7 +120,7 @@ def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
 
 def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
     """Fold one entry (after ``session-opened``) into the session row."""
-    event: Any = entry.event
+    event = entry.event
     changes: dict[str, Any] = {"version": row.version + 1, "change_seq": entry.change_seq,
                                "updated_at": entry.recorded_at}
     if isinstance(event, SessionTurnReserved):
@@ -147,7 +147,7 @@ def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
 
 def evolve_turn(turn: TurnRow, entry: RecordedEntry) -> TurnRow:
     """Fold a started or finished event into its turn row."""
-    event: Any = entry.event
+    event = entry.event
     if isinstance(event, SessionTurnStarted):
         return msgspec.structs.replace(turn, status=TurnStatus.RUNNING, driver=event.driver,
                                        handle=event.handle, started_at=entry.recorded_at,
@@ -161,7 +161,7 @@ def evolve_turn(turn: TurnRow, entry: RecordedEntry) -> TurnRow:
 
 def turn_id_of(entry: RecordedEntry) -> str | None:
     """The runner job id of the turn an entry changes, if any."""
-    event: Any = entry.event
+    event = entry.event
     if isinstance(event, SessionTurnReserved | SessionTurnStarted | SessionTurnFinished):
         return str(event.runner_job_id)
     return None
@@ -177,7 +177,7 @@ def _session_key(entry: RecordedEntry, _rows: Rows) -> str | None:
 
 
 def _session(row: SessionRow | None, entry: RecordedEntry) -> SessionRow | None:
-    event: Any = entry.event
+    event = entry.event
     if isinstance(event, SessionOpened):
         return _opened(event, entry)
     return None if row is None else evolve_session(row, entry)
@@ -188,19 +188,21 @@ def _turn_key(entry: RecordedEntry, _rows: Rows) -> str | None:
 
 
 def _turn(turn: TurnRow | None, entry: RecordedEntry) -> TurnRow | None:
-    event: Any = entry.event
+    event = entry.event
     if isinstance(event, SessionTurnReserved):
         return _turn_reserved(event, entry)
     return None if turn is None else evolve_turn(turn, entry)
 
 
 def _cursor_key(entry: RecordedEntry, _rows: Rows) -> tuple[str, str]:
-    event: Any = entry.event
+    event = entry.event
+    assert isinstance(event, SessionRead)
     return (event.reader_id, entry.stream_id)
 
 
 def _cursor(_row: SessionCursorRow | None, entry: RecordedEntry) -> SessionCursorRow:
-    event: Any = entry.event
+    event = entry.event
+    assert isinstance(event, SessionRead)
     return SessionCursorRow(event.reader_id, entry.stream_id, event.version, entry.change_seq)
 
 

@@ -13,6 +13,7 @@ from ledger.events import (
     AttemptMaterialized,
     AttemptReserved,
     TaskCancelled,
+    TaskEvent,
     TaskReadCursorAdvanced,
     TaskSubmitted,
 )
@@ -75,6 +76,7 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
         )
     if row is None or kind is TaskReadCursorAdvanced:
         return row
+    assert isinstance(event, TaskEvent), "a task-stream fold"
     changed = {"version": row.version + 1, "change_seq": entry.change_seq,
                "updated_at": entry.recorded_at, "state": task_state_after(row.state, event)}
     if kind is TaskCancelled:

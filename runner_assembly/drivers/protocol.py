@@ -91,11 +91,11 @@ class RunnerDriver(Protocol):
         """Stop the job (no error if it has already ended)."""
         ...
 
-    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+    async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Resolve or create a session volume (a plan's ``sessionVolume``); its phase."""
         ...
 
-    async def delete_volume(self, volume: dict[str, Any]) -> None:
+    async def delete_volume(self, volume: dict[str, object]) -> None:
         """Remove a session volume (no error if it is gone)."""
         ...
 

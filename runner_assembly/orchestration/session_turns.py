@@ -91,7 +91,7 @@ class SessionTurns:
         """The session's summary row, if it exists."""
         return await oq.session_state(self.pool, session_id)
 
-    def volume(self, session_id: str, conversation_id: str) -> dict[str, Any]:
+    def volume(self, session_id: str, conversation_id: str) -> dict[str, object]:
         """The session volume as a plan shows it (``sessionVolume``)."""
         volume = self.resolver.session_volume({"sessionId": session_id,
                                                "conversationId": conversation_id})
@@ -127,7 +127,7 @@ class SessionTurns:
         await self.writer.execute(OpenSession(
             session_id=session_id, conversation_id=conversation_id, backend_profile=profile,
             storage_kind=StorageKind.VOLUME if persistent else StorageKind.NONE,
-            pvc_name=volume["pvcName"] if volume else None, ttl_seconds=ttl,
+            pvc_name=str(volume["pvcName"]) if volume else None, ttl_seconds=ttl,
             expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id),
             ACTOR)
         row = await self.row(session_id)
