@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,12 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def load(path: Path) -> Any:
+def load(path: Path) -> object:
     """Read a manifest file (YAML or JSON)."""
     return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
 
 
-def _json_path(parts: Any) -> str:
+def _json_path(parts: Iterable[str | int]) -> str:
     path = "$"
     for part in parts:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
@@ -79,8 +79,8 @@ def _sentence(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def _whole_pattern(validator: Any, pattern: str, instance: Any,
-                   schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+def _whole_pattern(validator: object, pattern: str, instance: object,
+                   schema: dict[str, object]) -> Iterator[jsonschema.ValidationError]:
     """``pattern`` with JSON Schema's meaning of ``$``: the end of input, not before a final
     newline (as Python's ``re`` would have it)."""
     if isinstance(instance, str) and re.search(python_pattern(pattern), instance) is None:
@@ -92,7 +92,7 @@ ManifestValidator = _extend(jsonschema.Draft202012Validator, {"pattern": _whole_
 """Draft 2020-12 with ECMA-262 end anchors: the validator every manifest goes through."""
 
 
-def violations(document: Any, endpoint: str | None = None) -> list[Violation]:
+def violations(document: object, endpoint: str | None = None) -> list[Violation]:
     """Every violation of the manifest rules (empty when valid)."""
     schema = generate(endpoint or configured_endpoint())
     validator = ManifestValidator(schema, format_checker=ManifestValidator.FORMAT_CHECKER)
@@ -106,7 +106,7 @@ def violations(document: Any, endpoint: str | None = None) -> list[Violation]:
     return sorted(found, key=lambda v: (v.path, v.message))
 
 
-def parse(document: Any, endpoint: str | None = None) -> DeploymentManifest:
+def parse(document: object, endpoint: str | None = None) -> DeploymentManifest:
     """The typed manifest, or ``msgspec.ValidationError``; ``endpoint`` is checked against
     the configured deployment endpoint, which no static type can know."""
     manifest = msgspec.convert(document, DeploymentManifest)
