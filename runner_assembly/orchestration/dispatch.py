@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -203,7 +203,7 @@ class Dispatcher:
                            driver=self.driver.name, smoke_tools=self.settings.smoke_tools,
                            thread_id=thread_id)
 
-    async def _planned_ids(self, task_id: str, events: list[Any],
+    async def _planned_ids(self, task_id: str, events: Sequence[msgspec.Struct],
                            attempt_id: str | None) -> Ids | None:
         """Ids of the attempt a dry run would reserve (from its events) or resume."""
         for event in events:
@@ -220,8 +220,9 @@ class Dispatcher:
         """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
         check_transient_env(transient_env, facts.contract, self.settings.defaults)
 
-    async def plan_for(self, facts: TaskFacts, events: list[Any], attempt_id: str | None,
-                       transient_env: dict[str, str]) -> dict[str, Any]:
+    async def plan_for(self, facts: TaskFacts, events: Sequence[msgspec.Struct],
+                       attempt_id: str | None,
+                       transient_env: dict[str, str]) -> dict[str, object]:
         """The dry-run view of the job an attempt would get: its plan, or why assembly fails.
 
         ``events`` are those the dry run would append (a reservation names the new ids);
