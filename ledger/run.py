@@ -6,8 +6,6 @@ crashed or concurrent materialisation can be replayed safely.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from ledger.errors import NotFound
@@ -45,13 +43,13 @@ class RecordRunnerJob(_OnRun, frozen=True):
 
     driver: str
     handle: str
-    plan: dict[str, Any] | None = None
+    plan: dict[str, object] | None = None
 
 
 class RecordAssembly(_OnRun, frozen=True):
     """The runner reported its assembly event (recorded once)."""
 
-    assembly: dict[str, Any]
+    assembly: dict[str, object]
 
 
 class FinishRun(_OnRun, frozen=True):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
@@ -35,16 +34,16 @@ class RunRow(msgspec.Struct, frozen=True):
     failure_message: str | None
     driver: str | None
     handle: str | None
-    resource_bundle_ref: dict[str, Any] | None
+    resource_bundle_ref: dict[str, object] | None
     prompt_sha256: str
     prompt_bytes: int
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     change_seq: int
-    job_plan: dict[str, Any] | None = None
-    assembly: dict[str, Any] | None = None
-    base: dict[str, Any] | None = None
+    job_plan: dict[str, object] | None = None
+    assembly: dict[str, object] | None = None
+    base: dict[str, object] | None = None
 
 
 class CommandRow(msgspec.Struct, frozen=True):

@@ -123,7 +123,7 @@ class LocalDriver:
             public = spec.public()
             public.pop("secret_root")  # the runner gets it as an argument: see _spawn
             volume = spec.plan.get("sessionVolume")
-            if volume:
+            if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
             write_json_atomically(folder / "spec.json", public)
         pid = self._pid(folder)
