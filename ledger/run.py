@@ -8,15 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from ledger import events as ev
 from ledger.errors import NotFound
-from ledger.events import (
-    NewRun,
-    RunAssembled,
-    RunCreated,
-    RunEvent,
-    RunFinished,
-    RunnerJobCreated,
-)
 from ledger.states import RunStatus
 
 STREAM_TYPE = "run"
@@ -30,7 +23,7 @@ class _OnRun(msgspec.Struct, frozen=True):
         return self.run_id
 
 
-class CreateRun(NewRun, frozen=True):
+class CreateRun(ev.NewRun, frozen=True):
     """Create the core run, command and runner-job identity of an attempt (once)."""
 
     @property
@@ -74,34 +67,34 @@ class RunState(msgspec.Struct, frozen=True):
     status: RunStatus | None = None
 
 
-def decide(state: RunState | None, command: RunCommand) -> list[RunEvent]:
+def decide(state: RunState | None, command: RunCommand) -> list[ev.RunEvent]:
     """Events for a run command; repeated records are no-ops."""
     if isinstance(command, CreateRun):
         if state is not None:
             return []
-        return [RunCreated(**msgspec.structs.asdict(command))]
+        return [ev.RunCreated(**msgspec.structs.asdict(command))]
     if state is None:
         raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
     if isinstance(command, RecordRunnerJob):
         if state.job_recorded:
             return []
-        return [RunnerJobCreated(state.runner_job_id, command.driver, command.handle,
-                                 command.plan)]
+        return [ev.RunnerJobCreated(state.runner_job_id, command.driver, command.handle,
+                                    command.plan)]
     if isinstance(command, RecordAssembly):
-        return [] if state.assembled else [RunAssembled(command.assembly)]
+        return [] if state.assembled else [ev.RunAssembled(command.assembly)]
     if state.status is not None:
         return []
-    return [RunFinished(command.status, command.exit_code, command.failure_kind,
-                        command.failure_message)]
+    return [ev.RunFinished(command.status, command.exit_code, command.failure_kind,
+                           command.failure_message)]
 
 
-def evolve(state: RunState | None, event: RunEvent) -> RunState:
+def evolve(state: RunState | None, event: ev.RunEvent) -> RunState:
     """Fold one run event."""
-    if isinstance(event, RunCreated):
+    if isinstance(event, ev.RunCreated):
         return RunState(run_id=event.run_id, runner_job_id=event.runner_job_id)
     assert state is not None, "event before run-created"
-    if isinstance(event, RunnerJobCreated):
+    if isinstance(event, ev.RunnerJobCreated):
         return msgspec.structs.replace(state, job_recorded=True)
-    if isinstance(event, RunAssembled):
+    if isinstance(event, ev.RunAssembled):
         return msgspec.structs.replace(state, assembled=True)
     return msgspec.structs.replace(state, status=event.status)
