@@ -13,8 +13,9 @@ import msgspec
 from ledger.states import AttemptStatus, RunStatus, StorageKind, TurnStatus
 
 
-class NewTask(msgspec.Struct, frozen=True):
-    """What a new task is made of: shared by the submit command and its event."""
+class TaskPlace(msgspec.Struct, frozen=True):
+    """Which task, where it queues and how urgent it is: the fields every task record starts
+    with."""
 
     task_id: str
     tenant_id: str
@@ -23,6 +24,11 @@ class NewTask(msgspec.Struct, frozen=True):
     lane: str
     title: str
     priority: int
+
+
+class NewTask(TaskPlace, frozen=True):
+    """What a new task is made of: shared by the submit command and its event."""
+
     backend_profile: str | None
     contract: dict[str, Any]
     payload_hash: str
@@ -33,19 +39,26 @@ class TaskSubmitted(NewTask, frozen=True, tag="task-submitted", tag_field="type"
     """A task entered a queue; ``contract`` is the redacted submitted body."""
 
 
-class TaskReadCursorAdvanced(
-    msgspec.Struct, frozen=True, tag="task-read-cursor-advanced", tag_field="type"
-):
-    """A reader has seen the task up to ``version``."""
+class ReadUpTo(msgspec.Struct, frozen=True):
+    """A reader has seen a stream up to its version ``version``."""
 
     reader_id: str
     version: int
 
 
-class TaskCancelled(msgspec.Struct, frozen=True, tag="task-cancelled", tag_field="type"):
-    """The task was cancelled by hand."""
+class CancelledFor(msgspec.Struct, frozen=True):
+    """A cancel and its optional reason."""
 
     reason: str | None = None
+
+
+class TaskReadCursorAdvanced(ReadUpTo, frozen=True, tag="task-read-cursor-advanced",
+                             tag_field="type"):
+    """A reader has seen the task up to ``version``."""
+
+
+class TaskCancelled(CancelledFor, frozen=True, tag="task-cancelled", tag_field="type"):
+    """The task was cancelled by hand."""
 
 
 class AttemptReserved(msgspec.Struct, frozen=True, tag="task-attempt-reserved", tag_field="type"):
@@ -97,8 +110,8 @@ TaskEvent = (TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled | AttemptRes
              | AttemptMaterialized | AttemptMaterializationFailed | AttemptFinished)
 
 
-class NewRun(msgspec.Struct, frozen=True):
-    """A core run, its command and its runner job identity: command and event share it."""
+class RunIdentity(msgspec.Struct, frozen=True):
+    """A core run's identities: its task, attempt, command, runner job, session, profile."""
 
     run_id: str
     task_id: str
@@ -108,6 +121,11 @@ class NewRun(msgspec.Struct, frozen=True):
     session_id: str
     conversation_id: str
     backend_profile: str
+
+
+class NewRun(RunIdentity, frozen=True):
+    """A core run, its command and its runner job identity: command and event share it."""
+
     resource_bundle_ref: dict[str, Any] | None = None
     prompt_sha256: str = ""
     prompt_bytes: int = 0
@@ -228,17 +246,12 @@ class SessionEvicted(msgspec.Struct, frozen=True, tag="session-evicted", tag_fie
     reason: str
 
 
-class SessionCancelled(msgspec.Struct, frozen=True, tag="session-cancelled", tag_field="type"):
+class SessionCancelled(CancelledFor, frozen=True, tag="session-cancelled", tag_field="type"):
     """Conversation control cancelled the session's active turn."""
 
-    reason: str | None = None
 
-
-class SessionRead(msgspec.Struct, frozen=True, tag="session-read", tag_field="type"):
+class SessionRead(ReadUpTo, frozen=True, tag="session-read", tag_field="type"):
     """A reader has seen the session up to its version ``version``."""
-
-    reader_id: str
-    version: int
 
 
 SessionEvent = (SessionOpened | SessionTurnReserved | SessionTurnStarted | SessionTurnFinished

@@ -10,24 +10,16 @@ from datetime import datetime
 
 import msgspec
 
-from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
+from ledger.events import RunAssembled, RunCreated, RunFinished, RunIdentity, RunnerJobCreated
 from ledger.run import STREAM_TYPE as RUN_STREAM
 from ledger.states import RunStatus
 from ledger.streams import RecordedEntry
 from projections.projection import Derived, Fold, Projection, Rows
 
 
-class RunRow(msgspec.Struct, frozen=True):
-    """The folded state of one run, its command and its runner job."""
+class RunRow(RunIdentity, frozen=True):
+    """The folded state of one run, its command and its runner job (identities first)."""
 
-    run_id: str
-    task_id: str
-    attempt_id: str
-    command_id: str
-    runner_job_id: str
-    session_id: str
-    conversation_id: str
-    backend_profile: str
     status: RunStatus
     exit_code: int | None
     failure_kind: str | None

@@ -17,16 +17,9 @@ from projections.projection import Fold, Merge, Projection, Rows
 SESSION_PATH = "/api/v1/sessions/{}"
 
 
-class TaskSummaryRow(msgspec.Struct, frozen=True):
-    """A row of ``task_summary``; field order is the column order."""
+class TaskSummaryRow(ev.TaskPlace, frozen=True):
+    """A row of ``task_summary``; field order is the column order (the place fields first)."""
 
-    task_id: str
-    tenant_id: str
-    project_id: str
-    queue: str
-    lane: str
-    title: str
-    priority: int
     state: TaskStatus
     backend_profile: str | None
     summary: str
