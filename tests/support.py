@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -80,3 +81,36 @@ async def replay_report(url: str) -> Any:
         return await replay(conn)
     finally:
         await conn.close()
+
+
+SECRET_PROJECTIONS = ("job-secret", ".backend", ".ssh")
+"""Job folders that hold projected secret values on purpose (never scanned for leaks)."""
+
+
+async def stored_outputs(database_url: str, tmp_path: Path) -> tuple[list[str], list[Path]]:
+    """Everything a server run left behind that must carry no secret: its logs, the ledger
+    payloads, the run and session rows, and the job files outside the secret projections."""
+    outputs = [path.read_text() for path in tmp_path.glob("serve-*.log")]
+    conn = await asyncpg.connect(database_url)
+    try:
+        outputs += [r["payload"] for r in await conn.fetch("SELECT payload::text FROM ledger")]
+        for table in ("run_record", "session_summary", "session_turn", "session_line"):
+            outputs += [r["t"] for r in await conn.fetch(
+                f"SELECT row_to_json(r)::text AS t FROM {table} r")]
+    finally:
+        await conn.close()
+    jobs = tmp_path / "data" / "jobs"
+    files = [p for p in jobs.rglob("*") if p.is_file()
+             and not set(SECRET_PROJECTIONS) & set(p.relative_to(jobs).parts)]
+    return outputs + [p.read_text(errors="replace") for p in files], files
+
+
+async def post_changing_nothing(client: Any, database_url: str, url: str, body: Any,
+                                status: int) -> Any:
+    """POST ``body`` to ``url``: the response, after checking its ``status`` and that the
+    database did not change."""
+    before = await snapshot(database_url)
+    response = await client.post(url, json=body)
+    assert response.status_code == status
+    assert await snapshot(database_url) == before
+    return response
