@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 _counter = itertools.count()
+
+S = TypeVar("S")
+C = TypeVar("C")
+E = TypeVar("E")
 
 
 def with_database(url: str, name: str) -> str:
@@ -114,3 +119,15 @@ async def post_changing_nothing(client: Any, database_url: str, url: str, body: 
     assert response.status_code == status
     assert await snapshot(database_url) == before
     return response
+
+
+def decided(decide: Callable[[S | None, C], list[E]], evolve: Callable[[S | None, E], S],
+            state: S | None, *commands: C) -> tuple[S, list[E]]:
+    """Decide and fold each command in turn: the state after, and the events of the last."""
+    events: list[E] = []
+    for command in commands:
+        events = decide(state, command)
+        for event in events:
+            state = evolve(state, event)
+    assert state is not None
+    return state, events

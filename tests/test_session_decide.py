@@ -21,6 +21,7 @@ from ledger.session import (
     evolve,
     refuse_new_turn,
 )
+from tests.support import decided
 
 SES = "ses_1"
 SUMMARY = ev.VolumeSummary("pvc", "Bound", 10, 2, "0" * 64, "2026-01-01T00:00:00+00:00")
@@ -42,13 +43,7 @@ def turn(job: str) -> ev.TurnFacts:
 def apply(state: SessionState | None,
           *commands: SessionCommand) -> tuple[SessionState, list[ev.SessionEvent]]:
     """Decide and fold each command; the events of the last."""
-    events: list[ev.SessionEvent] = []
-    for command in commands:
-        events = decide(state, command)
-        for event in events:
-            state = evolve(state, event)
-    assert state is not None
-    return state, events
+    return decided(decide, evolve, state, *commands)
 
 
 def opened() -> SessionState:

@@ -20,6 +20,7 @@ from ledger.task import (
     decide,
     evolve,
 )
+from tests.support import decided
 
 TASK = "tsk_1"
 
@@ -32,11 +33,7 @@ def ids(n: int, attempt_id: str | None = None) -> AttemptIds:
 
 def apply(state: TaskState | None, command: TaskCommand) -> tuple[TaskState, list[ev.TaskEvent]]:
     """Decide and fold the events."""
-    events = decide(state, command)
-    for event in events:
-        state = evolve(state, event)
-    assert state is not None
-    return state, events
+    return decided(decide, evolve, state, command)
 
 
 def pending() -> TaskState:
