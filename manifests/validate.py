@@ -46,6 +46,20 @@ def _json_path(parts: Iterable[str | int]) -> str:
     return path
 
 
+_SENTENCES = {
+    "pattern": "{field!r} must match {expected}, got {value!r}",
+    "enum": "{field!r} must be one of {choices}",
+    "const": "{field!r} must equal the configured deployment endpoint {expected}",
+    "minLength": "{field!r} must be at least {expected} character(s) long",
+    "maxLength": "{field!r} must be at most {expected} character(s) long",
+    "minItems": "{field!r} needs at least {expected} item(s)",
+    "minimum": "{field!r} must be at least {expected}, got {value!r}",
+    "type": "{field!r} must be of type {expected}, got {kind}",
+    "format": "{field!r} must be a {expected} (RFC 3339), got {value!r}",
+}
+"""The sentence of each broken rule (``required`` and ``additionalProperties`` list names)."""
+
+
 def _sentence(error: jsonschema.ValidationError) -> str:
     value: Any = error.instance
     rule: Any = error.validator
@@ -59,24 +73,12 @@ def _sentence(error: jsonschema.ValidationError) -> str:
         known = set(schema.get("properties", {}))
         extra = sorted(set(value) - known) if isinstance(value, dict) else []
         return f"unknown field {', '.join(map(repr, extra))} is not allowed"
-    if rule == "pattern":
-        return f"{field!r} must match {expected}, got {value!r}"
-    if rule == "enum":
-        return f"{field!r} must be one of {', '.join(map(str, expected))}"
-    if rule == "const":
-        return f"{field!r} must equal the configured deployment endpoint {expected}"
-    if rule in ("minLength", "maxLength"):
-        bound = "at least" if rule == "minLength" else "at most"
-        return f"{field!r} must be {bound} {expected} character(s) long"
-    if rule == "minItems":
-        return f"{field!r} needs at least {expected} item(s)"
-    if rule == "minimum":
-        return f"{field!r} must be at least {expected}, got {value!r}"
-    if rule == "type":
-        return f"{field!r} must be of type {expected}, got {type(value).__name__}"
-    if rule == "format":
-        return f"{field!r} must be a {expected} (RFC 3339), got {value!r}"
-    return error.message
+    template = _SENTENCES.get(rule)
+    if template is None:
+        return error.message
+    choices = ", ".join(map(str, expected)) if rule == "enum" else ""
+    return template.format(field=field, expected=expected, value=value, choices=choices,
+                           kind=type(value).__name__)
 
 
 def _whole_pattern(validator: object, pattern: str, instance: object,

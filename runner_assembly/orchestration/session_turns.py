@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,17 +63,16 @@ def choose_thread(payload_thread: Any, ref_thread: Any, session_thread: str | No
     return None
 
 
+@dataclass(eq=False)
 class SessionTurns:
     """Session bookkeeping around runner jobs."""
 
-    def __init__(self, pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: LedgerWriter,
-                 driver: RunnerDriver, settings: RunnerSettings, resolver: Resolver) -> None:
-        self.pool = pool
-        self.fence_pool = fence_pool
-        self.writer = writer
-        self.driver = driver
-        self.settings = settings
-        self.resolver = resolver
+    pool: asyncpg.Pool
+    fence_pool: asyncpg.Pool
+    writer: LedgerWriter
+    driver: RunnerDriver
+    settings: RunnerSettings
+    resolver: Resolver
 
     @asynccontextmanager
     async def lock(self, session_id: str,
