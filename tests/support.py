@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,12 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine
+
+from ledger.database import create_pool
+from ledger.writer import LedgerWriter
+from projections.store import project
 
 _counter = itertools.count()
 
@@ -131,3 +138,50 @@ def decided(decide: Callable[[S | None, C], list[E]], evolve: Callable[[S | None
             state = evolve(state, event)
     assert state is not None
     return state, events
+
+
+class WriterMachine(RuleBasedStateMachine):
+    """A state machine driving the real ledger writer from synchronous rules on a private
+    event loop (hypothesis has no async rules); replay must verify at teardown."""
+
+    database_url = ""
+
+    def open_ledger(self, max_size: int) -> None:
+        """Start the loop, a pool of ``max_size`` connections, the writer and the model."""
+        self.loop = asyncio.new_event_loop()
+        self.pool = self.run(create_pool(self.database_url, min_size=1, max_size=max_size))
+        self.writer = LedgerWriter(self.pool, project)
+        self.run(self.writer.start())
+        self.model: dict[str, dict[str, Any]] = {}
+
+    def run(self, awaitable: Any) -> Any:
+        """Run ``awaitable`` to completion on the machine's loop."""
+        return self.loop.run_until_complete(awaitable)
+
+    def other_pools(self) -> list[asyncpg.Pool]:
+        """Pools besides the writer's, closed at teardown."""
+        return []
+
+    def teardown(self) -> None:
+        if hasattr(self, "loop"):
+            self.run(self.check_replay())
+            self.run(self.writer.close())
+            for pool in (self.pool, *self.other_pools()):
+                self.run(pool.close())
+            self.loop.close()
+
+    @classmethod
+    def check(cls, database_url: str, examples: int) -> None:
+        """Run ``examples`` command sequences of as many steps against ``database_url``."""
+        cls.database_url = database_url
+        machine_test = cls.TestCase
+        machine_test.settings = settings(
+            max_examples=examples, stateful_step_count=examples, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        )
+        machine_test().runTest()
+
+    async def check_replay(self) -> None:
+        """Replay-verify the machine's database."""
+        report = await replay_report(self.database_url)
+        assert report.ok, report
