@@ -152,13 +152,17 @@ class RunAssembled(msgspec.Struct, frozen=True, tag="run-assembled", tag_field="
     assembly: dict[str, Any]
 
 
-class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="type"):
-    """The core run reached a terminal status."""
+class RunEnd(msgspec.Struct, frozen=True):
+    """How a core run ended: shared by the finish command and its event."""
 
     status: RunStatus
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
+
+
+class RunFinished(RunEnd, frozen=True, tag="run-finished", tag_field="type"):
+    """The core run reached a terminal status."""
 
 
 RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished
@@ -211,10 +215,8 @@ class SessionTurnStarted(
     handle: str
 
 
-class SessionTurnFinished(
-    msgspec.Struct, frozen=True, tag="session-turn-finished", tag_field="type"
-):
-    """The turn ended; ``thread_id`` is the thread the backend started or resumed."""
+class TurnEnd(msgspec.Struct, frozen=True):
+    """How a turn ended: shared by the finish command and its event."""
 
     runner_job_id: str
     status: TurnStatus
@@ -222,6 +224,10 @@ class SessionTurnFinished(
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
+
+
+class SessionTurnFinished(TurnEnd, frozen=True, tag="session-turn-finished", tag_field="type"):
+    """The turn ended; ``thread_id`` is the thread the backend started or resumed."""
 
 
 class VolumeSummary(msgspec.Struct, frozen=True):

@@ -48,10 +48,7 @@ class RecordAssembly(_OnRun, frozen=True):
 class FinishRun(_OnRun, frozen=True):
     """The run reached a terminal status."""
 
-    status: RunStatus
-    exit_code: int | None = None
-    failure_kind: str | None = None
-    failure_message: str | None = None
+    end: ev.RunEnd
 
 
 RunCommand = CreateRun | RecordRunnerJob | RecordAssembly | FinishRun
@@ -84,8 +81,7 @@ def decide(state: RunState | None, command: RunCommand) -> list[ev.RunEvent]:
         return [] if state.assembled else [ev.RunAssembled(command.assembly)]
     if state.status is not None:
         return []
-    return [ev.RunFinished(command.status, command.exit_code, command.failure_kind,
-                           command.failure_message)]
+    return [ev.RunFinished(**msgspec.structs.asdict(command.end))]
 
 
 def evolve(state: RunState | None, event: ev.RunEvent) -> RunState:

@@ -52,12 +52,7 @@ class FinishTurn(_OnSession, frozen=True):
     """The turn ended (or could not start: then the decision state forgets it, so the same
     runner job may be reserved again when its attempt is resumed)."""
 
-    runner_job_id: str
-    status: TurnStatus
-    thread_id: str | None = None
-    failure_kind: str | None = None
-    failure_message: str | None = None
-    exit_code: int | None = None
+    end: ev.TurnEnd
 
 
 class RefreshStorage(_OnSession, frozen=True):
@@ -126,11 +121,9 @@ def decide(state: SessionState | None, command: SessionCommand) -> list[ev.Sessi
             return []
         return [ev.SessionTurnStarted(command.runner_job_id, command.driver, command.handle)]
     if isinstance(command, FinishTurn):
-        if state.turns.get(command.runner_job_id) not in ACTIVE_TURNS:
+        if state.turns.get(command.end.runner_job_id) not in ACTIVE_TURNS:
             return []
-        return [ev.SessionTurnFinished(command.runner_job_id, command.status, command.thread_id,
-                                       command.failure_kind, command.failure_message,
-                                       command.exit_code)]
+        return [ev.SessionTurnFinished(**msgspec.structs.asdict(command.end))]
     if isinstance(command, RefreshStorage):
         if state.storage_kind == StorageKind.EVICTED:
             return []

@@ -81,7 +81,7 @@ def test_open_under_another_profile_is_refused() -> None:
 
 @pytest.mark.parametrize("command", [
     ReserveTurn(SES, turn("job_1")), StartTurn(SES, "job_1", "local", "h"),
-    FinishTurn(SES, "job_1", "completed"), RefreshStorage(SES, SUMMARY),
+    FinishTurn(SES, ev.TurnEnd("job_1", "completed")), RefreshStorage(SES, SUMMARY),
     EvictSession(SES, "x"), CancelSession(SES), MarkSessionRead(SES, "r"),
 ])
 def test_commands_on_a_missing_session_are_not_found(command: SessionCommand) -> None:
@@ -136,19 +136,21 @@ def test_start_runs_a_reserved_turn_only() -> None:
 
 
 def test_finish_ends_an_active_turn_and_keeps_its_thread() -> None:
-    state, events = apply(running(), FinishTurn(SES, "job_1", "completed", "thr_1", None,
-                                                None, 0))
+    state, events = apply(running(), FinishTurn(SES, ev.TurnEnd(
+        "job_1", "completed", "thr_1", None, None, 0)))
     assert events == [ev.SessionTurnFinished("job_1", "completed", "thr_1", None, None, 0)]
     assert (state.turns, state.thread_id, state.active_turn()) == (
         {"job_1": "completed"}, "thr_1", None)
-    assert decide(state, FinishTurn(SES, "job_1", "failed")) == []
+    assert decide(state, FinishTurn(SES, ev.TurnEnd("job_1", "failed"))) == []
     state, _ = apply(state, ReserveTurn(SES, turn("job_2")),
-                     StartTurn(SES, "job_2", "local", "h"), FinishTurn(SES, "job_2", "failed"))
+                     StartTurn(SES, "job_2", "local", "h"),
+                     FinishTurn(SES, ev.TurnEnd("job_2", "failed")))
     assert state.thread_id == "thr_1"  # a turn without a thread keeps the session's
 
 
 def test_a_turn_that_never_started_may_be_reserved_again() -> None:
-    state, events = apply(reserved(), FinishTurn(SES, "job_1", "failed", None, "infra-failed"))
+    state, events = apply(reserved(), FinishTurn(SES, ev.TurnEnd("job_1", "failed", None,
+                                                                 "infra-failed")))
     assert events == [ev.SessionTurnFinished("job_1", "failed", None, "infra-failed")]
     assert state.turns == {} and state.active_turn() is None
     state, events = apply(state, ReserveTurn(SES, turn("job_1")))

@@ -91,6 +91,10 @@ STORED_BEFORE_SHARED_BASES = [
     b'{"repoUrl":"u"},"prompt_sha256":"sha","prompt_bytes":5,"base":null}',
     b'{"type":"session-cancelled","reason":null}',
     b'{"type":"session-read","reader_id":"rdr","version":2}',
+    b'{"type":"run-finished","status":"failed","exit_code":3,"failure_kind":"infra-failed",'
+    b'"failure_message":"boom"}',
+    b'{"type":"session-turn-finished","runner_job_id":"job_1","status":"completed",'
+    b'"thread_id":"thr_1","failure_kind":null,"failure_message":null,"exit_code":0}',
 ]
 
 

@@ -20,7 +20,7 @@ import msgspec
 
 from ledger.database import DbConnection, advisory_lock
 from ledger.errors import DomainError, NotFound
-from ledger.events import AttemptReserved
+from ledger.events import AttemptReserved, RunEnd
 from ledger.ids import new_id
 from ledger.redaction import redact_text
 from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
@@ -386,14 +386,14 @@ class Dispatcher:
         if status.assembly is not None:
             await self.writer.execute(RecordAssembly(row.run_id, status.assembly), ACTOR)
         await self.sessions.finish(row.session_id, row.runner_job_id, status)
-        await self.writer.execute(FinishRun(row.run_id, run_status_of(status.state),
-                                            status.exit_code, kind, message), ACTOR)
+        await self.writer.execute(FinishRun(row.run_id, RunEnd(
+            run_status_of(status.state), status.exit_code, kind, message)), ACTOR)
         return await self.writer.execute(finish, ACTOR)
 
     async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
         """Stop a runner job and record the run (and its session turn) as cancelled."""
         await self.driver.cancel(runner_job_id)
-        await self.writer.execute(FinishRun(run_id, RunStatus.CANCELLED), ACTOR)
+        await self.writer.execute(FinishRun(run_id, RunEnd(RunStatus.CANCELLED)), ACTOR)
         session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:
             await self.sessions.finish(session_id, runner_job_id, JobStatus(JobState.CANCELLED))

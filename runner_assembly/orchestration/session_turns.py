@@ -19,7 +19,7 @@ import msgspec
 
 from ledger import session_lines, store
 from ledger.database import DbConnection, advisory_lock
-from ledger.events import TurnFacts, VolumeSummary
+from ledger.events import TurnEnd, TurnFacts, VolumeSummary
 from ledger.session import (
     FinishTurn,
     OpenSession,
@@ -157,9 +157,9 @@ class SessionTurns:
     async def abandon_turn(self, session_id: str, runner_job_id: str, failure_kind: str,
                            failure_message: str) -> None:
         """End a reserved turn whose runner job could not be created."""
-        await self.writer.execute(FinishTurn(session_id, runner_job_id, TurnStatus.FAILED,
-                                             failure_kind=failure_kind,
-                                             failure_message=failure_message), ACTOR)
+        await self.writer.execute(FinishTurn(session_id, TurnEnd(
+            runner_job_id, TurnStatus.FAILED, failure_kind=failure_kind,
+            failure_message=failure_message)), ACTOR)
 
     async def take_in(self, session_id: str, runner_job_id: str, *, final: bool) -> None:
         """Append the job's new output and trace lines to the session."""
@@ -177,9 +177,9 @@ class SessionTurns:
         summary = await self.driver.storage_summary(runner_job_id)
         if summary is not None:
             await self.refresh_storage(session_id, summary)
-        await self.writer.execute(FinishTurn(
-            session_id, runner_job_id, turn_status_of(status.state), status.thread_id,
-            status.failure_kind, status.failure_message, status.exit_code), ACTOR)
+        await self.writer.execute(FinishTurn(session_id, TurnEnd(
+            runner_job_id, turn_status_of(status.state), status.thread_id,
+            status.failure_kind, status.failure_message, status.exit_code)), ACTOR)
 
     async def refresh_storage(self, session_id: str, summary: dict[str, Any]) -> None:
         """Record a runner-written volume summary."""
