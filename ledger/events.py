@@ -96,14 +96,18 @@ class AttemptMaterializationFailed(
     """``blocked`` when a blocker stopped a dispatch; else the attempt stays reserved."""
 
 
-class AttemptFinished(msgspec.Struct, frozen=True, tag="task-attempt-finished", tag_field="type"):
-    """Refresh wrote the core run's terminal state back to the attempt and the task."""
+class AttemptEnd(msgspec.Struct, frozen=True):
+    """How an attempt ended: shared by the finish command and its event."""
 
     attempt_id: str
     outcome: AttemptStatus
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
+
+
+class AttemptFinished(AttemptEnd, frozen=True, tag="task-attempt-finished", tag_field="type"):
+    """Refresh wrote the core run's terminal state back to the attempt and the task."""
 
 
 TaskEvent = (TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled | AttemptReserved

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ledger import task as rules
 from ledger.errors import DomainError
-from ledger.events import TaskEvent
+from ledger.events import AttemptEnd, TaskEvent
 from ledger.streams import RecordedEntry
 from projections import attempt_summary, task_summary
 from projections.attempt_summary import AttemptRow
@@ -107,7 +107,8 @@ class FoldAgreement(RuleBasedStateMachine):
     @rule(index=st.integers(0, 6), outcome=OUTCOMES, kind=st.none() | FAILURE_KINDS,
           exit_code=st.none() | st.integers(0, 2))
     def finish(self, index: int, outcome: str, kind: str | None, exit_code: int | None) -> None:
-        self.run(rules.FinishAttempt(TASK, self.known(index), outcome, kind, "why", exit_code))
+        self.run(rules.FinishAttempt(TASK, AttemptEnd(self.known(index), outcome, kind, "why",
+                                                     exit_code)))
 
     @rule(reason=st.none() | st.sampled_from(["stop", ""]))
     def cancel(self, reason: str | None) -> None:

@@ -56,7 +56,7 @@ def running() -> TaskState:
 
 def finished(outcome: str, kind: str | None = None) -> TaskState:
     """A task whose first attempt finished with ``outcome``."""
-    return apply(running(), FinishAttempt(TASK, "att_0", outcome, kind))[0]
+    return apply(running(), FinishAttempt(TASK, ev.AttemptEnd("att_0", outcome, kind)))[0]
 
 
 def test_dispatch_reserves_the_first_attempt_with_its_ids() -> None:
@@ -96,7 +96,7 @@ def test_commands_on_a_missing_task_or_attempt_are_not_found() -> None:
         with pytest.raises(NotFound):
             decide(None, command)
     missing_attempt: list[TaskCommand] = [
-        MaterializeAttempt(TASK, "att_x"), FinishAttempt(TASK, "att_x", "completed"),
+        MaterializeAttempt(TASK, "att_x"), FinishAttempt(TASK, ev.AttemptEnd("att_x", "completed")),
         FailMaterialization(TASK, "att_x", "infra-failed", "m")]
     for command in missing_attempt:
         with pytest.raises(NotFound):
@@ -140,20 +140,22 @@ def test_a_failure_on_retry_keeps_the_attempt_reserved_and_the_task_state() -> N
 
 def test_finish_writes_the_outcome_to_the_attempt_and_the_task() -> None:
     for outcome in ("completed", "failed", "blocked"):
-        state, events = apply(running(), FinishAttempt(TASK, "att_0", outcome, None, None, 3))
+        state, events = apply(running(), FinishAttempt(TASK, ev.AttemptEnd(
+            "att_0", outcome, None, None, 3)))
         assert events == [ev.AttemptFinished("att_0", outcome, None, None, 3)]
         assert state.state == outcome and state.latest is not None
         assert state.latest.state == outcome
 
 
 def test_finish_of_an_attempt_that_is_not_running_is_a_no_op() -> None:
-    assert decide(reserved(), FinishAttempt(TASK, "att_0", "completed")) == []
-    assert decide(finished("failed"), FinishAttempt(TASK, "att_0", "completed")) == []
+    assert decide(reserved(), FinishAttempt(TASK, ev.AttemptEnd("att_0", "completed"))) == []
+    assert decide(finished("failed"),
+                  FinishAttempt(TASK, ev.AttemptEnd("att_0", "completed"))) == []
 
 
 def test_an_unknown_outcome_is_refused() -> None:
     with pytest.raises(InvalidTransition, match="unknown outcome"):
-        decide(running(), FinishAttempt(TASK, "att_0", "running"))
+        decide(running(), FinishAttempt(TASK, ev.AttemptEnd("att_0", "running")))
 
 
 def test_retry_reserves_a_new_attempt_after_the_previous_one() -> None:

@@ -20,7 +20,7 @@ import msgspec
 
 from ledger.database import DbConnection, advisory_lock
 from ledger.errors import DomainError, NotFound
-from ledger.events import AttemptReserved, RunEnd
+from ledger.events import AttemptEnd, AttemptReserved, RunEnd
 from ledger.ids import new_id
 from ledger.redaction import redact_text
 from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
@@ -379,8 +379,8 @@ class Dispatcher:
         outcome, implied = attempt_outcome(status.state)
         kind = status.failure_kind or implied
         message = bounded(status.failure_message) if status.failure_message else None
-        finish = FinishAttempt(task_id, row.attempt_id, outcome, kind, message,
-                               status.exit_code)
+        finish = FinishAttempt(task_id, AttemptEnd(row.attempt_id, outcome, kind, message,
+                                                   status.exit_code))
         if dry_run:
             return await self.writer.plan(finish)
         if status.assembly is not None:
