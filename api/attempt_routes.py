@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.status_codes import HTTP_200_OK
 
 from api import wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
-from api.params import DryRunFlag, Limit, QueueDep, RetryCursor, TaskId
+from api.params import DryRunFlag, HttpRequest, Limit, QueueDep, RetryCursor, TaskId
 from runner_assembly.assembly import model
 
 
@@ -21,7 +19,7 @@ class AttemptController(Controller):
     tags = ("queue",)
 
     @post("/dispatch", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def dispatch(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def dispatch(self, request: HttpRequest, queue_api: QueueDep,
                        task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
@@ -42,7 +40,7 @@ class AttemptController(Controller):
         return await queue_api.attempts(task_id, cursor, limit)
 
     @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def retry(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def retry(self, request: HttpRequest, queue_api: QueueDep,
                     task_id: TaskId,
                     dry_run: DryRunFlag = False) -> wire.Attempt | wire.DryRun:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6)."""

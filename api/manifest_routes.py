@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
-from litestar import Request, post
+from litestar import post
 from litestar.status_codes import HTTP_200_OK
 
 from api.body import read_body
 from api.errors import WRITE_ERRORS
+from api.params import HttpRequest
 from manifests.validate import violations
 
 
@@ -29,8 +28,8 @@ class ManifestReport(msgspec.Struct):
 
 @post("/api/v1/manifests/validate", status_code=HTTP_200_OK, tags=["manifests"],
       responses=WRITE_ERRORS)
-async def validate_manifest(request: Request[Any, Any, Any]) -> ManifestReport:
+async def validate_manifest(request: HttpRequest) -> ManifestReport:
     """Validate the manifest in the body; a malformed body is ``invalid-request``."""
-    document = await read_body(request, Any)
+    document = await read_body(request, object)
     found = [ManifestViolation(v.path, v.message) for v in violations(document)]
     return ManifestReport(valid=not found, violations=found)

@@ -11,7 +11,6 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any
 
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
@@ -95,7 +94,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, redacted message, request id, fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
+        line: dict[str, object] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
             "logger": record.name, "msg": redact_text(record.getMessage()),
             "requestId": REQUEST_ID.get(),

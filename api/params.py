@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import asyncpg
+from litestar import Request
+from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import PathParameter, QueryParameter
 
@@ -15,6 +17,9 @@ from api.services import QueueApi, SessionApi
 from ledger.states import SessionFilter, TaskStatus
 from projections import queries
 from runner_assembly.settings import RunnerSettings
+
+HttpRequest = Request[object, object, State]
+"""A request as the handlers see it: no user or auth, the app's plain state."""
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500)]
 TaskId = Annotated[str, PathParameter(min_length=1, max_length=128,

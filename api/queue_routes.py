@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import wire
@@ -14,6 +12,7 @@ from api.params import (
     CommanderLimit,
     Cursor,
     DryRunFlag,
+    HttpRequest,
     Limit,
     QueueDep,
     QueueQuery,
@@ -32,7 +31,7 @@ class QueueController(Controller):
     tags = ("queue",)
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
-    async def submit(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def submit(self, request: HttpRequest, queue_api: QueueDep,
                      dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
         """Submit a task: validates the contract and stores it; never schedules."""
         body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
@@ -54,7 +53,7 @@ class QueueController(Controller):
 
     @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK,
           responses=WRITE_ERRORS)
-    async def cancel(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def cancel(self, request: HttpRequest, queue_api: QueueDep,
                      task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -63,7 +62,7 @@ class QueueController(Controller):
         return await queue_api.cancel(task_id, reason, dry_run)
 
     @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def read(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def read(self, request: HttpRequest, queue_api: QueueDep,
                    task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""

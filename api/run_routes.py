@@ -9,15 +9,13 @@ whose job already exists answers that job (creation is idempotent).
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.status_codes import HTTP_200_OK
 
 from api import wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
-from api.params import DryRunFlag, QueueDep, RunId
+from api.params import DryRunFlag, HttpRequest, QueueDep, RunId
 from runner_assembly.assembly import model
 
 
@@ -33,7 +31,7 @@ class RunnerJobController(Controller):
         return await queue_api.runner_job(run_id)
 
     @post("/", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def create(self, request: Request[Any, Any, Any], queue_api: QueueDep,
+    async def create(self, request: HttpRequest, queue_api: QueueDep,
                      run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import asyncpg
 import msgspec
@@ -61,7 +60,7 @@ class QueueApi:
         self.metrics = metrics
 
     async def task_detail(self, task_id: str,
-                          work_ready: dict[str, Any] | None = None) -> wire.TaskDetail:
+                          work_ready: dict[str, object] | None = None) -> wire.TaskDetail:
         """The task detail from the projections, or ``not-found``."""
         found = await queries.get_task(self.pool, task_id)
         if found is None:

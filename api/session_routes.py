@@ -8,9 +8,7 @@ records an ended job), so what it answers is current.
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import session_wire as sw
@@ -21,6 +19,7 @@ from api.params import (
     AfterSeq,
     Cursor,
     DryRunFlag,
+    HttpRequest,
     LineLimit,
     ProfileQuery,
     Reader,
@@ -42,7 +41,7 @@ class SessionController(Controller):
     tags = ("sessions",)
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
-    async def create(self, request: Request[Any, Any, Any], session_api: SessionDep,
+    async def create(self, request: HttpRequest, session_api: SessionDep,
                      dry_run: DryRunFlag = False) -> Response[sw.SessionDetail | wire.DryRun]:
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
         body = await read_body(request, sw.SessionCreateBody, empty_ok=True,
@@ -77,7 +76,7 @@ class SessionController(Controller):
         return await session_api.lines(session_id, "trace", after_seq, limit)
 
     @post("/{session_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def read(self, request: Request[Any, Any, Any], session_api: SessionDep,
+    async def read(self, request: HttpRequest, session_api: SessionDep,
                    session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
@@ -85,7 +84,7 @@ class SessionController(Controller):
         return await session_api.read(session_id, body.reader_id, dry_run)
 
     @post("/{session_id:str}/control", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def control(self, request: Request[Any, Any, Any], session_api: SessionDep,
+    async def control(self, request: HttpRequest, session_api: SessionDep,
                       session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
@@ -94,7 +93,7 @@ class SessionController(Controller):
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
           responses=WRITE_ERRORS)
-    async def refresh_storage(self, request: Request[Any, Any, Any], session_api: SessionDep,
+    async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
                               session_id: SessionId) -> sw.SessionDetail:
         """Record the runner's volume summary: the body a runner posts, or (empty body)
         the summary the session's latest runner job wrote back."""
@@ -115,7 +114,7 @@ class RunCommandController(Controller):
     tags = ("runs", "sessions")
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
-    async def add(self, request: Request[Any, Any, Any], session_api: SessionDep,
+    async def add(self, request: HttpRequest, session_api: SessionDep,
                   run_id: RunId,
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's

@@ -96,24 +96,23 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
         after_seq = page.next_after_seq
 
 
-@sessions_app.command
-def output(session_id: str, *, after_seq: AfterSeq = 0, limit: Limit = None,
-           all_pages: Annotated[bool, Parameter(name="--all", help=All.__metadata__[0].help)]
-           = False,
-           api: ApiOptions | None = None, render_options: Annotated[
-               render.OutputOptions | None, Parameter(name="*")] = None) -> int:
-    """What the session's backend printed, from --after-seq on (redacted)."""
-    return _lines("output", session_id, after_seq, limit, all_pages, api, render_options)
+def _channel_command(channel: Literal["output", "trace"], doc: str) -> None:
+    """Register ``sessions <channel>``: the lines of that channel, one page or all."""
+
+    def command(session_id: str, *, after_seq: AfterSeq = 0, limit: Limit = None,
+                all_pages: Annotated[bool, Parameter(name="--all",
+                                                     help=All.__metadata__[0].help)] = False,
+                api: ApiOptions | None = None, render_options: Annotated[
+                    render.OutputOptions | None, Parameter(name="*")] = None) -> int:
+        return _lines(channel, session_id, after_seq, limit, all_pages, api, render_options)
+
+    command.__doc__ = doc
+    sessions_app.command(command, name=channel)
 
 
-@sessions_app.command
-def trace(session_id: str, *, after_seq: AfterSeq = 0, limit: Limit = None,
-          all_pages: Annotated[bool, Parameter(name="--all", help=All.__metadata__[0].help)]
-          = False,
-          api: ApiOptions | None = None, render_options: Annotated[
-              render.OutputOptions | None, Parameter(name="*")] = None) -> int:
-    """The runner's events (assembly, thread start/resume, exit), from --after-seq on."""
-    return _lines("trace", session_id, after_seq, limit, all_pages, api, render_options)
+_channel_command("output", "What the session's backend printed, from --after-seq on (redacted).")
+_channel_command("trace", "The runner's events (assembly, thread start/resume, exit), from "
+                 "--after-seq on.")
 
 
 @sessions_app.command

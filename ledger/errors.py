@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ledger.states import FailureKind
 
 
@@ -12,7 +10,7 @@ class DomainError(Exception):
 
     code = "invalid-request"
 
-    def __init__(self, message: str | None = None, **details: Any) -> None:
+    def __init__(self, message: str | None = None, **details: object) -> None:
         self.message = message or (self.__doc__ or self.code).strip().splitlines()[0]
         self.details = details
         super().__init__(self.message)
@@ -69,7 +67,7 @@ class SessionStoreEvicted(DomainError):
 class Refused(DomainError):
     """A refusal whose code is a SPEC 7 failure kind (e.g. ``secret-unavailable``)."""
 
-    def __init__(self, code: str, message: str, **details: Any) -> None:
+    def __init__(self, code: str, message: str, **details: object) -> None:
         super().__init__(message, **details)
         self.code = code
 

@@ -13,8 +13,9 @@ import msgspec
 from ledger.states import AttemptStatus, RunStatus, StorageKind, TurnStatus
 
 
-class NewTask(msgspec.Struct, frozen=True):
-    """What a new task is made of: shared by the submit command and its event."""
+class TaskPlace(msgspec.Struct, frozen=True):
+    """Which task, where it queues and how urgent it is: the fields every task record starts
+    with."""
 
     task_id: str
     tenant_id: str
@@ -23,6 +24,11 @@ class NewTask(msgspec.Struct, frozen=True):
     lane: str
     title: str
     priority: int
+
+
+class NewTask(TaskPlace, frozen=True):
+    """What a new task is made of: shared by the submit command and its event."""
+
     backend_profile: str | None
     contract: dict[str, Any]
     payload_hash: str
@@ -33,19 +39,26 @@ class TaskSubmitted(NewTask, frozen=True, tag="task-submitted", tag_field="type"
     """A task entered a queue; ``contract`` is the redacted submitted body."""
 
 
-class TaskReadCursorAdvanced(
-    msgspec.Struct, frozen=True, tag="task-read-cursor-advanced", tag_field="type"
-):
-    """A reader has seen the task up to ``version``."""
+class ReadUpTo(msgspec.Struct, frozen=True):
+    """A reader has seen a stream up to its version ``version``."""
 
     reader_id: str
     version: int
 
 
-class TaskCancelled(msgspec.Struct, frozen=True, tag="task-cancelled", tag_field="type"):
-    """The task was cancelled by hand."""
+class CancelledFor(msgspec.Struct, frozen=True):
+    """A cancel and its optional reason."""
 
     reason: str | None = None
+
+
+class TaskReadCursorAdvanced(ReadUpTo, frozen=True, tag="task-read-cursor-advanced",
+                             tag_field="type"):
+    """A reader has seen the task up to ``version``."""
+
+
+class TaskCancelled(CancelledFor, frozen=True, tag="task-cancelled", tag_field="type"):
+    """The task was cancelled by hand."""
 
 
 class AttemptReserved(msgspec.Struct, frozen=True, tag="task-attempt-reserved", tag_field="type"):
@@ -83,8 +96,8 @@ class AttemptMaterializationFailed(
     """``blocked`` when a blocker stopped a dispatch; else the attempt stays reserved."""
 
 
-class AttemptFinished(msgspec.Struct, frozen=True, tag="task-attempt-finished", tag_field="type"):
-    """Refresh wrote the core run's terminal state back to the attempt and the task."""
+class AttemptEnd(msgspec.Struct, frozen=True):
+    """How an attempt ended: shared by the finish command and its event."""
 
     attempt_id: str
     outcome: AttemptStatus
@@ -93,12 +106,16 @@ class AttemptFinished(msgspec.Struct, frozen=True, tag="task-attempt-finished", 
     exit_code: int | None = None
 
 
+class AttemptFinished(AttemptEnd, frozen=True, tag="task-attempt-finished", tag_field="type"):
+    """Refresh wrote the core run's terminal state back to the attempt and the task."""
+
+
 TaskEvent = (TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled | AttemptReserved
              | AttemptMaterialized | AttemptMaterializationFailed | AttemptFinished)
 
 
-class NewRun(msgspec.Struct, frozen=True):
-    """A core run, its command and its runner job identity: command and event share it."""
+class RunIdentity(msgspec.Struct, frozen=True):
+    """A core run's identities: its task, attempt, command, runner job, session, profile."""
 
     run_id: str
     task_id: str
@@ -108,6 +125,11 @@ class NewRun(msgspec.Struct, frozen=True):
     session_id: str
     conversation_id: str
     backend_profile: str
+
+
+class NewRun(RunIdentity, frozen=True):
+    """A core run, its command and its runner job identity: command and event share it."""
+
     resource_bundle_ref: dict[str, Any] | None = None
     prompt_sha256: str = ""
     prompt_bytes: int = 0
@@ -134,13 +156,17 @@ class RunAssembled(msgspec.Struct, frozen=True, tag="run-assembled", tag_field="
     assembly: dict[str, Any]
 
 
-class RunFinished(msgspec.Struct, frozen=True, tag="run-finished", tag_field="type"):
-    """The core run reached a terminal status."""
+class RunEnd(msgspec.Struct, frozen=True):
+    """How a core run ended: shared by the finish command and its event."""
 
     status: RunStatus
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
+
+
+class RunFinished(RunEnd, frozen=True, tag="run-finished", tag_field="type"):
+    """The core run reached a terminal status."""
 
 
 RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished
@@ -193,10 +219,8 @@ class SessionTurnStarted(
     handle: str
 
 
-class SessionTurnFinished(
-    msgspec.Struct, frozen=True, tag="session-turn-finished", tag_field="type"
-):
-    """The turn ended; ``thread_id`` is the thread the backend started or resumed."""
+class TurnEnd(msgspec.Struct, frozen=True):
+    """How a turn ended: shared by the finish command and its event."""
 
     runner_job_id: str
     status: TurnStatus
@@ -204,6 +228,10 @@ class SessionTurnFinished(
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
+
+
+class SessionTurnFinished(TurnEnd, frozen=True, tag="session-turn-finished", tag_field="type"):
+    """The turn ended; ``thread_id`` is the thread the backend started or resumed."""
 
 
 class VolumeSummary(msgspec.Struct, frozen=True):
@@ -228,21 +256,19 @@ class SessionEvicted(msgspec.Struct, frozen=True, tag="session-evicted", tag_fie
     reason: str
 
 
-class SessionCancelled(msgspec.Struct, frozen=True, tag="session-cancelled", tag_field="type"):
+class SessionCancelled(CancelledFor, frozen=True, tag="session-cancelled", tag_field="type"):
     """Conversation control cancelled the session's active turn."""
 
-    reason: str | None = None
 
-
-class SessionRead(msgspec.Struct, frozen=True, tag="session-read", tag_field="type"):
+class SessionRead(ReadUpTo, frozen=True, tag="session-read", tag_field="type"):
     """A reader has seen the session up to its version ``version``."""
-
-    reader_id: str
-    version: int
 
 
 SessionEvent = (SessionOpened | SessionTurnReserved | SessionTurnStarted | SessionTurnFinished
                 | SessionStorageRefreshed | SessionEvicted | SessionCancelled | SessionRead)
+
+LedgerEvent = TaskEvent | RunEvent | SessionEvent
+"""Any stored event, of any stream."""
 
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
     TaskSubmitted, TaskCancelled, AttemptReserved, AttemptMaterialized,
@@ -250,7 +276,7 @@ TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
 )
 """Events that change the task itself (bump ``version``); a read changes only a cursor."""
 
-EVENT_TYPES: dict[type[Any], str] = {
+EVENT_TYPES: dict[type[msgspec.Struct], str] = {
     kind: kind.__struct_config__.tag
     for kind in (*TaskEvent.__args__, *RunEvent.__args__, *SessionEvent.__args__)
 }

@@ -6,19 +6,10 @@ crashed or concurrent materialisation can be replayed safely.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
+from ledger import events as ev
 from ledger.errors import NotFound
-from ledger.events import (
-    NewRun,
-    RunAssembled,
-    RunCreated,
-    RunEvent,
-    RunFinished,
-    RunnerJobCreated,
-)
 from ledger.states import RunStatus
 
 STREAM_TYPE = "run"
@@ -32,7 +23,7 @@ class _OnRun(msgspec.Struct, frozen=True):
         return self.run_id
 
 
-class CreateRun(NewRun, frozen=True):
+class CreateRun(ev.NewRun, frozen=True):
     """Create the core run, command and runner-job identity of an attempt (once)."""
 
     @property
@@ -45,22 +36,19 @@ class RecordRunnerJob(_OnRun, frozen=True):
 
     driver: str
     handle: str
-    plan: dict[str, Any] | None = None
+    plan: dict[str, object] | None = None
 
 
 class RecordAssembly(_OnRun, frozen=True):
     """The runner reported its assembly event (recorded once)."""
 
-    assembly: dict[str, Any]
+    assembly: dict[str, object]
 
 
 class FinishRun(_OnRun, frozen=True):
     """The run reached a terminal status."""
 
-    status: RunStatus
-    exit_code: int | None = None
-    failure_kind: str | None = None
-    failure_message: str | None = None
+    end: ev.RunEnd
 
 
 RunCommand = CreateRun | RecordRunnerJob | RecordAssembly | FinishRun
@@ -76,34 +64,33 @@ class RunState(msgspec.Struct, frozen=True):
     status: RunStatus | None = None
 
 
-def decide(state: RunState | None, command: RunCommand) -> list[RunEvent]:
+def decide(state: RunState | None, command: RunCommand) -> list[ev.RunEvent]:
     """Events for a run command; repeated records are no-ops."""
     if isinstance(command, CreateRun):
         if state is not None:
             return []
-        return [RunCreated(**msgspec.structs.asdict(command))]
+        return [ev.RunCreated(**msgspec.structs.asdict(command))]
     if state is None:
         raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
     if isinstance(command, RecordRunnerJob):
         if state.job_recorded:
             return []
-        return [RunnerJobCreated(state.runner_job_id, command.driver, command.handle,
-                                 command.plan)]
+        return [ev.RunnerJobCreated(state.runner_job_id, command.driver, command.handle,
+                                    command.plan)]
     if isinstance(command, RecordAssembly):
-        return [] if state.assembled else [RunAssembled(command.assembly)]
+        return [] if state.assembled else [ev.RunAssembled(command.assembly)]
     if state.status is not None:
         return []
-    return [RunFinished(command.status, command.exit_code, command.failure_kind,
-                        command.failure_message)]
+    return [ev.RunFinished(**msgspec.structs.asdict(command.end))]
 
 
-def evolve(state: RunState | None, event: RunEvent) -> RunState:
+def evolve(state: RunState | None, event: ev.RunEvent) -> RunState:
     """Fold one run event."""
-    if isinstance(event, RunCreated):
+    if isinstance(event, ev.RunCreated):
         return RunState(run_id=event.run_id, runner_job_id=event.runner_job_id)
     assert state is not None, "event before run-created"
-    if isinstance(event, RunnerJobCreated):
+    if isinstance(event, ev.RunnerJobCreated):
         return msgspec.structs.replace(state, job_recorded=True)
-    if isinstance(event, RunAssembled):
+    if isinstance(event, ev.RunAssembled):
         return msgspec.structs.replace(state, assembled=True)
     return msgspec.structs.replace(state, status=event.status)

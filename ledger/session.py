@@ -9,21 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
+from ledger import events as ev
 from ledger.errors import InvalidTransition, NotFound, SessionStoreEvicted
-from ledger.events import (
-    SessionCancelled,
-    SessionEvent,
-    SessionEvicted,
-    SessionFacts,
-    SessionOpened,
-    SessionRead,
-    SessionStorageRefreshed,
-    SessionTurnFinished,
-    SessionTurnReserved,
-    SessionTurnStarted,
-    TurnFacts,
-    VolumeSummary,
-)
 from ledger.states import ACTIVE_TURNS, StorageKind, TurnStatus
 
 STREAM_TYPE = "session"
@@ -37,7 +24,7 @@ class _OnSession(msgspec.Struct, frozen=True):
         return self.session_id
 
 
-class OpenSession(SessionFacts, frozen=True):
+class OpenSession(ev.SessionFacts, frozen=True):
     """Create the session, or find it (same profile only)."""
 
     @property
@@ -48,7 +35,7 @@ class OpenSession(SessionFacts, frozen=True):
 class ReserveTurn(_OnSession, frozen=True):
     """Fix a turn's run, command, runner job and thread before the job exists."""
 
-    turn: TurnFacts
+    turn: ev.TurnFacts
     backend_profile: str | None = None
     """The profile the turn runs under, when the caller checks it (a switch is refused)."""
 
@@ -65,18 +52,13 @@ class FinishTurn(_OnSession, frozen=True):
     """The turn ended (or could not start: then the decision state forgets it, so the same
     runner job may be reserved again when its attempt is resumed)."""
 
-    runner_job_id: str
-    status: TurnStatus
-    thread_id: str | None = None
-    failure_kind: str | None = None
-    failure_message: str | None = None
-    exit_code: int | None = None
+    end: ev.TurnEnd
 
 
 class RefreshStorage(_OnSession, frozen=True):
     """Record the runner's volume summary."""
 
-    summary: VolumeSummary
+    summary: ev.VolumeSummary
 
 
 class EvictSession(_OnSession, frozen=True):
@@ -126,7 +108,7 @@ def profile_mismatch(session_id: str, owner: str, wanted: str) -> InvalidTransit
         "profile's session", sessionId=session_id, backendProfile=owner)
 
 
-def decide(state: SessionState | None, command: SessionCommand) -> list[SessionEvent]:
+def decide(state: SessionState | None, command: SessionCommand) -> list[ev.SessionEvent]:
     """Events for a session command, or a refusal."""
     if isinstance(command, OpenSession):
         return _open(state, command)
@@ -137,41 +119,39 @@ def decide(state: SessionState | None, command: SessionCommand) -> list[SessionE
     if isinstance(command, StartTurn):
         if state.turns.get(command.runner_job_id) != TurnStatus.RESERVED:
             return []
-        return [SessionTurnStarted(command.runner_job_id, command.driver, command.handle)]
+        return [ev.SessionTurnStarted(command.runner_job_id, command.driver, command.handle)]
     if isinstance(command, FinishTurn):
-        if state.turns.get(command.runner_job_id) not in ACTIVE_TURNS:
+        if state.turns.get(command.end.runner_job_id) not in ACTIVE_TURNS:
             return []
-        return [SessionTurnFinished(command.runner_job_id, command.status, command.thread_id,
-                                    command.failure_kind, command.failure_message,
-                                    command.exit_code)]
+        return [ev.SessionTurnFinished(**msgspec.structs.asdict(command.end))]
     if isinstance(command, RefreshStorage):
         if state.storage_kind == StorageKind.EVICTED:
             return []
-        return [SessionStorageRefreshed(**msgspec.structs.asdict(command.summary))]
+        return [ev.SessionStorageRefreshed(**msgspec.structs.asdict(command.summary))]
     if isinstance(command, EvictSession):
         if state.storage_kind == StorageKind.EVICTED:
             return []
         if state.active_turn() is not None:
             raise InvalidTransition("the session has a turn in progress",
                                     sessionId=state.session_id)
-        return [SessionEvicted(command.reason)]
+        return [ev.SessionEvicted(command.reason)]
     if isinstance(command, CancelSession):
         if state.active_turn() is None:
             raise InvalidTransition("the session has no turn in progress to cancel",
                                     sessionId=state.session_id)
-        return [SessionCancelled(command.reason)]
+        return [ev.SessionCancelled(command.reason)]
     if state.cursors.get(command.reader_id, 0) >= state.version:
         return []
-    return [SessionRead(command.reader_id, state.version)]
+    return [ev.SessionRead(command.reader_id, state.version)]
 
 
-def _open(state: SessionState | None, command: OpenSession) -> list[SessionEvent]:
+def _open(state: SessionState | None, command: OpenSession) -> list[ev.SessionEvent]:
     if state is not None:
         if state.backend_profile != command.backend_profile:
             raise profile_mismatch(state.session_id, state.backend_profile,
                                    command.backend_profile)
         return []
-    return [SessionOpened(**msgspec.structs.asdict(command))]
+    return [ev.SessionOpened(**msgspec.structs.asdict(command))]
 
 
 def refuse_new_turn(state: SessionState, backend_profile: str | None = None,
@@ -190,34 +170,34 @@ def refuse_new_turn(state: SessionState, backend_profile: str | None = None,
                                 runnerJobId=active)
 
 
-def _reserve(state: SessionState, command: ReserveTurn) -> list[SessionEvent]:
+def _reserve(state: SessionState, command: ReserveTurn) -> list[ev.SessionEvent]:
     if command.turn.runner_job_id in state.turns:
         return []
     refuse_new_turn(state, command.backend_profile)
-    return [SessionTurnReserved(**msgspec.structs.asdict(command.turn))]
+    return [ev.SessionTurnReserved(**msgspec.structs.asdict(command.turn))]
 
 
-def evolve(state: SessionState | None, event: SessionEvent) -> SessionState:
+def evolve(state: SessionState | None, event: ev.SessionEvent) -> SessionState:
     """Fold one session event."""
-    if isinstance(event, SessionOpened):
+    if isinstance(event, ev.SessionOpened):
         return SessionState(event.session_id, event.backend_profile, event.storage_kind, 1)
     assert state is not None, "event before session-opened"
-    if isinstance(event, SessionRead):
+    if isinstance(event, ev.SessionRead):
         return msgspec.structs.replace(state, cursors={**state.cursors,
                                                        event.reader_id: event.version})
     state = msgspec.structs.replace(state, version=state.version + 1)
-    if isinstance(event, SessionTurnReserved):
+    if isinstance(event, ev.SessionTurnReserved):
         return msgspec.structs.replace(state, turns={**state.turns,
                                                      event.runner_job_id: TurnStatus.RESERVED})
-    if isinstance(event, SessionTurnStarted):
+    if isinstance(event, ev.SessionTurnStarted):
         return msgspec.structs.replace(state, turns={**state.turns,
                                                      event.runner_job_id: TurnStatus.RUNNING})
-    if isinstance(event, SessionTurnFinished):
+    if isinstance(event, ev.SessionTurnFinished):
         turns = {**state.turns, event.runner_job_id: event.status}
         if state.turns.get(event.runner_job_id) == TurnStatus.RESERVED:
             del turns[event.runner_job_id]  # it never started: its job may be reserved again
         return msgspec.structs.replace(state, thread_id=event.thread_id or state.thread_id,
                                        turns=turns)
-    if isinstance(event, SessionEvicted):
+    if isinstance(event, ev.SessionEvicted):
         return msgspec.structs.replace(state, storage_kind=StorageKind.EVICTED)
     return state

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ledger import run, session, task
-from ledger.events import run_event_decoder, session_event_decoder, task_event_decoder
+from ledger.events import LedgerEvent, run_event_decoder, session_event_decoder, task_event_decoder
 
 
 class Command(Protocol):
@@ -25,7 +25,7 @@ class StreamKind:
     """The pure functions and decoder of one stream type."""
 
     stream_type: str
-    decode: Callable[[str], Any]
+    decode: Callable[[str], LedgerEvent]
     decide: Callable[[Any, Any], list[Any]]
     evolve: Callable[[Any, Any], Any]
 
@@ -37,7 +37,7 @@ class RecordedEntry(msgspec.Struct, frozen=True):
     stream_type: str
     stream_id: str
     stream_version: int
-    event: Any
+    event: LedgerEvent
     actor: str
     recorded_at: datetime
 
@@ -63,7 +63,7 @@ SESSION_STREAM = StreamKind(
     evolve=session.evolve,
 )
 
-COMMAND_STREAMS: dict[type[Any], StreamKind] = {
+COMMAND_STREAMS: dict[type[Command], StreamKind] = {
     **{kind: TASK_STREAM for kind in task.TaskCommand.__args__},
     **{kind: RUN_STREAM for kind in run.RunCommand.__args__},
     **{kind: SESSION_STREAM for kind in session.SessionCommand.__args__},

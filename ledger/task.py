@@ -9,6 +9,7 @@ import msgspec
 from ledger.errors import IdempotencyConflict, InvalidTransition, NotFound, TaskNotRetryable
 from ledger.events import (
     TASK_CHANGING_EVENTS,
+    AttemptEnd,
     AttemptFinished,
     AttemptMaterializationFailed,
     AttemptMaterialized,
@@ -103,11 +104,11 @@ class FailMaterialization(_OnTask, frozen=True):
 class FinishAttempt(_OnTask, frozen=True):
     """Write the core run's terminal state back to the attempt and the task."""
 
-    attempt_id: str
-    outcome: AttemptStatus
-    failure_kind: str | None = None
-    failure_message: str | None = None
-    exit_code: int | None = None
+    end: AttemptEnd
+
+    @property
+    def attempt_id(self) -> str:
+        return self.end.attempt_id
 
 
 TaskCommand = (SubmitTask | CancelTask | MarkTaskRead | DispatchTask | RetryTask
@@ -246,10 +247,9 @@ def _progress(
                                              command.failure_message, attempt_state)]
     if attempt.state != AttemptStatus.RUNNING:
         return []
-    if command.outcome not in OUTCOMES:
-        raise InvalidTransition(f"unknown outcome {command.outcome}")
-    return [AttemptFinished(attempt.attempt_id, command.outcome, command.failure_kind,
-                            command.failure_message, command.exit_code)]
+    if command.end.outcome not in OUTCOMES:
+        raise InvalidTransition(f"unknown outcome {command.end.outcome}")
+    return [AttemptFinished(**msgspec.structs.asdict(command.end))]
 
 
 def after_materialization_failure(task_state: TaskStatus, kind: str) -> AttemptStatus:

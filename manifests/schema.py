@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -21,7 +20,7 @@ def configured_endpoint() -> str:
     return os.environ.get("SVC_DEPLOY_ENDPOINT", DEFAULT_ENDPOINT)
 
 
-def generate(endpoint: str | None = None) -> dict[str, Any]:
+def generate(endpoint: str | None = None) -> dict[str, object]:
     """JSON Schema (2020-12) of the manifest, with ``endpoint`` fixed to the configured one."""
     schema = msgspec.json.schema(DeploymentManifest)
     root = schema["$defs"]["DeploymentManifest"]
@@ -35,7 +34,7 @@ def generate(endpoint: str | None = None) -> dict[str, Any]:
 PYTHON_END, ECMA_END = "\\Z", "$"
 
 
-def _publish_anchors(node: Any) -> None:
+def _publish_anchors(node: object) -> None:
     """Rewrite the model's end-of-input anchor ``\\Z`` (Python) as ``$`` (ECMA-262, the
     dialect of JSON Schema ``pattern``), where both mean the true end of the input."""
     if isinstance(node, dict):
@@ -56,12 +55,12 @@ def python_pattern(pattern: str) -> str:
     return pattern
 
 
-def render(schema: dict[str, Any]) -> str:
+def render(schema: dict[str, object]) -> str:
     """The schema as committed: sorted keys, two-space indentation, final newline."""
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
-def committed() -> dict[str, Any]:
+def committed() -> dict[str, object]:
     """The schema file shipped with the project."""
-    value: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
+    value: dict[str, object] = json.loads(SCHEMA_FILE.read_text())
     return value

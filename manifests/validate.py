@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,16 +34,30 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def load(path: Path) -> Any:
+def load(path: Path) -> object:
     """Read a manifest file (YAML or JSON)."""
     return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
 
 
-def _json_path(parts: Any) -> str:
+def _json_path(parts: Iterable[str | int]) -> str:
     path = "$"
     for part in parts:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
+
+
+_SENTENCES = {
+    "pattern": "{field!r} must match {expected}, got {value!r}",
+    "enum": "{field!r} must be one of {choices}",
+    "const": "{field!r} must equal the configured deployment endpoint {expected}",
+    "minLength": "{field!r} must be at least {expected} character(s) long",
+    "maxLength": "{field!r} must be at most {expected} character(s) long",
+    "minItems": "{field!r} needs at least {expected} item(s)",
+    "minimum": "{field!r} must be at least {expected}, got {value!r}",
+    "type": "{field!r} must be of type {expected}, got {kind}",
+    "format": "{field!r} must be a {expected} (RFC 3339), got {value!r}",
+}
+"""The sentence of each broken rule (``required`` and ``additionalProperties`` list names)."""
 
 
 def _sentence(error: jsonschema.ValidationError) -> str:
@@ -59,28 +73,16 @@ def _sentence(error: jsonschema.ValidationError) -> str:
         known = set(schema.get("properties", {}))
         extra = sorted(set(value) - known) if isinstance(value, dict) else []
         return f"unknown field {', '.join(map(repr, extra))} is not allowed"
-    if rule == "pattern":
-        return f"{field!r} must match {expected}, got {value!r}"
-    if rule == "enum":
-        return f"{field!r} must be one of {', '.join(map(str, expected))}"
-    if rule == "const":
-        return f"{field!r} must equal the configured deployment endpoint {expected}"
-    if rule in ("minLength", "maxLength"):
-        bound = "at least" if rule == "minLength" else "at most"
-        return f"{field!r} must be {bound} {expected} character(s) long"
-    if rule == "minItems":
-        return f"{field!r} needs at least {expected} item(s)"
-    if rule == "minimum":
-        return f"{field!r} must be at least {expected}, got {value!r}"
-    if rule == "type":
-        return f"{field!r} must be of type {expected}, got {type(value).__name__}"
-    if rule == "format":
-        return f"{field!r} must be a {expected} (RFC 3339), got {value!r}"
-    return error.message
+    template = _SENTENCES.get(rule)
+    if template is None:
+        return error.message
+    choices = ", ".join(map(str, expected)) if rule == "enum" else ""
+    return template.format(field=field, expected=expected, value=value, choices=choices,
+                           kind=type(value).__name__)
 
 
-def _whole_pattern(validator: Any, pattern: str, instance: Any,
-                   schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+def _whole_pattern(validator: object, pattern: str, instance: object,
+                   schema: dict[str, object]) -> Iterator[jsonschema.ValidationError]:
     """``pattern`` with JSON Schema's meaning of ``$``: the end of input, not before a final
     newline (as Python's ``re`` would have it)."""
     if isinstance(instance, str) and re.search(python_pattern(pattern), instance) is None:
@@ -92,7 +94,7 @@ ManifestValidator = _extend(jsonschema.Draft202012Validator, {"pattern": _whole_
 """Draft 2020-12 with ECMA-262 end anchors: the validator every manifest goes through."""
 
 
-def violations(document: Any, endpoint: str | None = None) -> list[Violation]:
+def violations(document: object, endpoint: str | None = None) -> list[Violation]:
     """Every violation of the manifest rules (empty when valid)."""
     schema = generate(endpoint or configured_endpoint())
     validator = ManifestValidator(schema, format_checker=ManifestValidator.FORMAT_CHECKER)
@@ -106,7 +108,7 @@ def violations(document: Any, endpoint: str | None = None) -> list[Violation]:
     return sorted(found, key=lambda v: (v.path, v.message))
 
 
-def parse(document: Any, endpoint: str | None = None) -> DeploymentManifest:
+def parse(document: object, endpoint: str | None = None) -> DeploymentManifest:
     """The typed manifest, or ``msgspec.ValidationError``; ``endpoint`` is checked against
     the configured deployment endpoint, which no static type can know."""
     manifest = msgspec.convert(document, DeploymentManifest)

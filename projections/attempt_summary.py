@@ -71,6 +71,7 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         )
     if row is None:
         return None
+    assert isinstance(event, TaskEvent), "a task-stream fold"
     state = attempt_state_after(row.state, event)
     if isinstance(event, AttemptMaterialized):
         return msgspec.structs.replace(row, state=state, failure_kind=None,

@@ -7,44 +7,35 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
-from ledger.events import RunAssembled, RunCreated, RunFinished, RunnerJobCreated
+from ledger.events import RunAssembled, RunCreated, RunFinished, RunIdentity, RunnerJobCreated
 from ledger.run import STREAM_TYPE as RUN_STREAM
 from ledger.states import RunStatus
 from ledger.streams import RecordedEntry
 from projections.projection import Derived, Fold, Projection, Rows
 
 
-class RunRow(msgspec.Struct, frozen=True):
-    """The folded state of one run, its command and its runner job."""
+class RunRow(RunIdentity, frozen=True):
+    """The folded state of one run, its command and its runner job (identities first)."""
 
-    run_id: str
-    task_id: str
-    attempt_id: str
-    command_id: str
-    runner_job_id: str
-    session_id: str
-    conversation_id: str
-    backend_profile: str
     status: RunStatus
     exit_code: int | None
     failure_kind: str | None
     failure_message: str | None
     driver: str | None
     handle: str | None
-    resource_bundle_ref: dict[str, Any] | None
+    resource_bundle_ref: dict[str, object] | None
     prompt_sha256: str
     prompt_bytes: int
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     change_seq: int
-    job_plan: dict[str, Any] | None = None
-    assembly: dict[str, Any] | None = None
-    base: dict[str, Any] | None = None
+    job_plan: dict[str, object] | None = None
+    assembly: dict[str, object] | None = None
+    base: dict[str, object] | None = None
 
 
 class CommandRow(msgspec.Struct, frozen=True):

@@ -41,7 +41,7 @@ def quote(name: str) -> str:
     return f'"{name}"'
 
 
-def json_text(value: Any) -> str | None:
+def json_text(value: object) -> str | None:
     """The JSON text stored for a value (None stays NULL)."""
     return None if value is None else _json.encode(value).decode()
 
@@ -133,7 +133,7 @@ class Projection(Generic[R]):
         """A row's key: the column value, or a tuple of them for a composite key."""
         return attrgetter(*self.key)
 
-    def to_tuple(self, row: R) -> tuple[Any, ...]:
+    def to_tuple(self, row: R) -> tuple[object, ...]:
         """A row as stored: JSON columns as text."""
         values = msgspec.structs.astuple(row)
         if not self._json_indexes:
@@ -162,7 +162,7 @@ class Projection(Generic[R]):
         return msgspec.structs.replace(
             old, **{c: getattr(old, c) + getattr(delta, c) for c in self.added})
 
-    def arrays(self, rows: Sequence[R]) -> list[list[Any]]:
+    def arrays(self, rows: Sequence[R]) -> list[list[object]]:
         """The per-column arrays ``unnest`` takes, from rows."""
         stored = [self.to_tuple(row) for row in rows]
         return [list(column) for column in zip(*stored, strict=True)]
@@ -246,7 +246,7 @@ class Rows:
     """Rows per projection, keyed by row key: loaded current rows or folded changes."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, dict[Hashable, Any]] = {}
+        self._tables: dict[str, dict[Hashable, object]] = {}
 
     def copy(self) -> Rows:
         """A copy whose tables can change without changing these."""
@@ -254,9 +254,9 @@ class Rows:
         copied._tables = {table: dict(rows) for table, rows in self._tables.items()}
         return copied
 
-    def of(self, projection: Projection[R]) -> dict[Any, R]:
+    def of(self, projection: Projection[R]) -> dict[Hashable, R]:
         """The (mutable) rows of one projection."""
-        return cast(dict[Any, R], self._tables.setdefault(projection.table, {}))
+        return cast(dict[Hashable, R], self._tables.setdefault(projection.table, {}))
 
     def put(self, projection: Projection[R], row: R) -> None:
         """Set a row (an added projection sums it into the row of the same key)."""

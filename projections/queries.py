@@ -127,8 +127,8 @@ async def list_tasks(
         direction, after = "a", updated_after
     else:
         direction, after = "d", MAX_SEQ
-    query = SQL["list_tasks_asc" if direction == "a" else "list_tasks_desc"]
-    records = await pool.fetch(query, where.queue, where.lane, state, after, limit + 1)
+    records = await pool.fetch(SQL["list_tasks"], where.queue, where.lane, state, after,
+                               limit + 1, direction == "a")
     high_water: int = records[0]["high_water"]
     rows = _TASK_ITEMS.many(r for r in records if r["task_id"] is not None)
     next_cursor = None

@@ -11,16 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.events import (
-    SessionCancelled,
-    SessionEvicted,
-    SessionOpened,
-    SessionRead,
-    SessionStorageRefreshed,
-    SessionTurnFinished,
-    SessionTurnReserved,
-    SessionTurnStarted,
-)
+from ledger import events as ev
 from ledger.session import STREAM_TYPE as SESSION_STREAM
 from ledger.states import SessionStatus, StorageKind, TurnStatus, session_status_after
 from ledger.streams import RecordedEntry
@@ -95,7 +86,7 @@ def _expiry(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def _opened(event: SessionOpened, entry: RecordedEntry) -> SessionRow:
+def _opened(event: ev.SessionOpened, entry: RecordedEntry) -> SessionRow:
     return SessionRow(
         session_id=event.session_id, conversation_id=event.conversation_id,
         backend_profile=event.backend_profile, state=SessionStatus.IDLE, thread_id=None,
@@ -108,7 +99,7 @@ def _opened(event: SessionOpened, entry: RecordedEntry) -> SessionRow:
         created_at=entry.recorded_at, updated_at=entry.recorded_at)
 
 
-def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
+def _turn_reserved(event: ev.SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
     return TurnRow(
         runner_job_id=event.runner_job_id, session_id=entry.stream_id, run_id=event.run_id,
         command_id=event.command_id, task_id=event.task_id, thread_id=event.thread_id,
@@ -120,39 +111,39 @@ def _turn_reserved(event: SessionTurnReserved, entry: RecordedEntry) -> TurnRow:
 
 def evolve_session(row: SessionRow, entry: RecordedEntry) -> SessionRow:
     """Fold one entry (after ``session-opened``) into the session row."""
-    event: Any = entry.event
+    event = entry.event
     changes: dict[str, Any] = {"version": row.version + 1, "change_seq": entry.change_seq,
                                "updated_at": entry.recorded_at}
-    if isinstance(event, SessionTurnReserved):
+    if isinstance(event, ev.SessionTurnReserved):
         changes.update(state=SessionStatus.RUNNING, latest_run_id=event.run_id,
                        latest_command_id=event.command_id,
                        latest_runner_job_id=event.runner_job_id, latest_task_id=event.task_id,
                        turns=row.turns + 1, failure_kind=None,
                        expires_at=_expiry(event.expires_at))
-    elif isinstance(event, SessionTurnFinished):
+    elif isinstance(event, ev.SessionTurnFinished):
         changes.update(state=session_status_after(event.status),
                        failure_kind=event.failure_kind, thread_id=event.thread_id or row.thread_id)
-    elif isinstance(event, SessionStorageRefreshed):
+    elif isinstance(event, ev.SessionStorageRefreshed):
         changes.update(pvc_name=event.pvc_name or row.pvc_name, pvc_phase=event.pvc_phase,
                        storage_size_bytes=event.size_bytes,
                        storage_files_count=event.files_count, storage_sha256=event.sha256,
                        storage_updated_at=_expiry(event.updated_at))
-    elif isinstance(event, SessionEvicted):
+    elif isinstance(event, ev.SessionEvicted):
         changes.update(state=SessionStatus.EVICTED, storage_kind=StorageKind.EVICTED,
                        pvc_phase=None)
-    elif not isinstance(event, SessionTurnStarted | SessionCancelled):
+    elif not isinstance(event, ev.SessionTurnStarted | ev.SessionCancelled):
         raise AssertionError(f"unexpected session event {type(event).__name__}")
     return msgspec.structs.replace(row, **changes)
 
 
 def evolve_turn(turn: TurnRow, entry: RecordedEntry) -> TurnRow:
     """Fold a started or finished event into its turn row."""
-    event: Any = entry.event
-    if isinstance(event, SessionTurnStarted):
+    event = entry.event
+    if isinstance(event, ev.SessionTurnStarted):
         return msgspec.structs.replace(turn, status=TurnStatus.RUNNING, driver=event.driver,
                                        handle=event.handle, started_at=entry.recorded_at,
                                        change_seq=entry.change_seq)
-    assert isinstance(event, SessionTurnFinished)
+    assert isinstance(event, ev.SessionTurnFinished)
     return msgspec.structs.replace(
         turn, status=event.status, result_thread_id=event.thread_id,
         failure_kind=event.failure_kind, failure_message=event.failure_message,
@@ -161,8 +152,8 @@ def evolve_turn(turn: TurnRow, entry: RecordedEntry) -> TurnRow:
 
 def turn_id_of(entry: RecordedEntry) -> str | None:
     """The runner job id of the turn an entry changes, if any."""
-    event: Any = entry.event
-    if isinstance(event, SessionTurnReserved | SessionTurnStarted | SessionTurnFinished):
+    event = entry.event
+    if isinstance(event, ev.SessionTurnReserved | ev.SessionTurnStarted | ev.SessionTurnFinished):
         return str(event.runner_job_id)
     return None
 
@@ -173,12 +164,12 @@ def expires_after(now: datetime, ttl_seconds: int) -> str:
 
 
 def _session_key(entry: RecordedEntry, _rows: Rows) -> str | None:
-    return None if type(entry.event) is SessionRead else entry.stream_id
+    return None if type(entry.event) is ev.SessionRead else entry.stream_id
 
 
 def _session(row: SessionRow | None, entry: RecordedEntry) -> SessionRow | None:
-    event: Any = entry.event
-    if isinstance(event, SessionOpened):
+    event = entry.event
+    if isinstance(event, ev.SessionOpened):
         return _opened(event, entry)
     return None if row is None else evolve_session(row, entry)
 
@@ -188,29 +179,31 @@ def _turn_key(entry: RecordedEntry, _rows: Rows) -> str | None:
 
 
 def _turn(turn: TurnRow | None, entry: RecordedEntry) -> TurnRow | None:
-    event: Any = entry.event
-    if isinstance(event, SessionTurnReserved):
+    event = entry.event
+    if isinstance(event, ev.SessionTurnReserved):
         return _turn_reserved(event, entry)
     return None if turn is None else evolve_turn(turn, entry)
 
 
 def _cursor_key(entry: RecordedEntry, _rows: Rows) -> tuple[str, str]:
-    event: Any = entry.event
+    event = entry.event
+    assert isinstance(event, ev.SessionRead)
     return (event.reader_id, entry.stream_id)
 
 
 def _cursor(_row: SessionCursorRow | None, entry: RecordedEntry) -> SessionCursorRow:
-    event: Any = entry.event
+    event = entry.event
+    assert isinstance(event, ev.SessionRead)
     return SessionCursorRow(event.reader_id, entry.stream_id, event.version, entry.change_seq)
 
 
-_READ = frozenset({SessionRead})
+_READ = frozenset({ev.SessionRead})
 SESSIONS = Projection("session_summary", SessionRow, key=("session_id",), origin=Fold(
-    SESSION_STREAM, _session_key, _session, created_by=frozenset({SessionOpened})))
+    SESSION_STREAM, _session_key, _session, created_by=frozenset({ev.SessionOpened})))
 TURNS = Projection("session_turn", TurnRow, key=("runner_job_id",), origin=Fold(
     SESSION_STREAM, _turn_key, _turn, events=frozenset(
-        {SessionTurnReserved, SessionTurnStarted, SessionTurnFinished}),
-    created_by=frozenset({SessionTurnReserved})))
+        {ev.SessionTurnReserved, ev.SessionTurnStarted, ev.SessionTurnFinished}),
+    created_by=frozenset({ev.SessionTurnReserved})))
 SESSION_CURSORS = Projection("session_read_cursor", SessionCursorRow,
                              key=("reader_id", "session_id"), origin=Fold(
                                  SESSION_STREAM, _cursor_key, _cursor, events=_READ,

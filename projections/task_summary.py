@@ -7,15 +7,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.events import (
-    AttemptFinished,
-    AttemptMaterializationFailed,
-    AttemptMaterialized,
-    AttemptReserved,
-    TaskCancelled,
-    TaskReadCursorAdvanced,
-    TaskSubmitted,
-)
+from ledger import events as ev
 from ledger.states import TaskStatus
 from ledger.streams import RecordedEntry
 from ledger.task import STREAM_TYPE as TASK_STREAM
@@ -25,16 +17,9 @@ from projections.projection import Fold, Merge, Projection, Rows
 SESSION_PATH = "/api/v1/sessions/{}"
 
 
-class TaskSummaryRow(msgspec.Struct, frozen=True):
-    """A row of ``task_summary``; field order is the column order."""
+class TaskSummaryRow(ev.TaskPlace, frozen=True):
+    """A row of ``task_summary``; field order is the column order (the place fields first)."""
 
-    task_id: str
-    tenant_id: str
-    project_id: str
-    queue: str
-    lane: str
-    title: str
-    priority: int
     state: TaskStatus
     backend_profile: str | None
     summary: str
@@ -61,8 +46,8 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     """Fold one task-stream entry into the summary row (reads leave it unchanged)."""
     event = entry.event
     kind = type(event)
-    if kind is TaskSubmitted:
-        assert isinstance(event, TaskSubmitted)
+    if kind is ev.TaskSubmitted:
+        assert isinstance(event, ev.TaskSubmitted)
         return TaskSummaryRow(
             task_id=event.task_id, tenant_id=event.tenant_id, project_id=event.project_id,
             queue=event.queue, lane=event.lane, title=event.title, priority=event.priority,
@@ -73,17 +58,18 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             session_path=None, creator=event.creator, created_at=entry.recorded_at,
             updated_at=entry.recorded_at,
         )
-    if row is None or kind is TaskReadCursorAdvanced:
+    if row is None or kind is ev.TaskReadCursorAdvanced:
         return row
+    assert isinstance(event, ev.TaskEvent), "a task-stream fold"
     changed = {"version": row.version + 1, "change_seq": entry.change_seq,
                "updated_at": entry.recorded_at, "state": task_state_after(row.state, event)}
-    if kind is TaskCancelled:
-        assert isinstance(event, TaskCancelled)
+    if kind is ev.TaskCancelled:
+        assert isinstance(event, ev.TaskCancelled)
         summary = f"cancelled: {event.reason}" if event.reason else "cancelled"
         return msgspec.structs.replace(row, summary=summary,
                                        latest_attempt=_latest(row, event), **changed)
-    if kind is AttemptReserved:
-        assert isinstance(event, AttemptReserved)
+    if kind is ev.AttemptReserved:
+        assert isinstance(event, ev.AttemptReserved)
         attempt = {
             "attemptId": event.attempt_id, "retryIndex": event.retry_index,
             "state": attempt_state_after(None, event), "runId": event.run_id,
@@ -97,17 +83,17 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             summary=f"attempt {event.retry_index} reserved; creating its runner job",
             **changed)
     assert row.latest_attempt is not None, "attempt event before task-attempt-reserved"
-    if kind is AttemptMaterialized:
+    if kind is ev.AttemptMaterialized:
         return msgspec.structs.replace(
             row, latest_attempt=_latest(row, event, failureKind=None, failureMessage=None),
             summary=f"running (attempt {row.latest_attempt['retryIndex']})", **changed)
-    if kind is AttemptMaterializationFailed:
-        assert isinstance(event, AttemptMaterializationFailed)
+    if kind is ev.AttemptMaterializationFailed:
+        assert isinstance(event, ev.AttemptMaterializationFailed)
         return msgspec.structs.replace(
             row, latest_attempt=_latest(row, event, failureKind=event.failure_kind,
                                         failureMessage=event.failure_message),
             summary=f"runner job not created: {event.failure_kind}", **changed)
-    assert isinstance(event, AttemptFinished)
+    assert isinstance(event, ev.AttemptFinished)
     detail = event.failure_kind or (f"exit code {event.exit_code}"
                                     if event.exit_code else "")
     summary = event.outcome + (f": {detail}" if detail else "")
@@ -133,15 +119,15 @@ def _stream_row(entry: RecordedEntry, _rows: Rows) -> str:
 
 def _contract(_row: ContractRow | None, entry: RecordedEntry) -> ContractRow:
     event = entry.event
-    assert isinstance(event, TaskSubmitted)
+    assert isinstance(event, ev.TaskSubmitted)
     return ContractRow(entry.stream_id, event.contract)
 
 
 TASKS = Projection("task_summary", TaskSummaryRow, key=("task_id",), origin=Fold(
-    TASK_STREAM, _stream_row, evolve, created_by=frozenset({TaskSubmitted})))
+    TASK_STREAM, _stream_row, evolve, created_by=frozenset({ev.TaskSubmitted})))
 CONTRACTS = Projection("task_contract", ContractRow, key=("task_id",), merge=Merge.KEEP,
                        origin=Fold(TASK_STREAM, _stream_row, _contract,
-                                   events=frozenset({TaskSubmitted}),
-                                   created_by=frozenset({TaskSubmitted})))
+                                   events=frozenset({ev.TaskSubmitted}),
+                                   created_by=frozenset({ev.TaskSubmitted})))
 PROJECTIONS = (TASKS, CONTRACTS)
 COLUMNS = TASKS.columns

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine
+
+from ledger.database import create_pool
+from ledger.writer import LedgerWriter
+from projections.store import project
 
 _counter = itertools.count()
+
+S = TypeVar("S")
+C = TypeVar("C")
+E = TypeVar("E")
 
 
 def with_database(url: str, name: str) -> str:
@@ -80,3 +93,95 @@ async def replay_report(url: str) -> Any:
         return await replay(conn)
     finally:
         await conn.close()
+
+
+SECRET_PROJECTIONS = ("job-secret", ".backend", ".ssh")
+"""Job folders that hold projected secret values on purpose (never scanned for leaks)."""
+
+
+async def stored_outputs(database_url: str, tmp_path: Path) -> tuple[list[str], list[Path]]:
+    """Everything a server run left behind that must carry no secret: its logs, the ledger
+    payloads, the run and session rows, and the job files outside the secret projections."""
+    outputs = [path.read_text() for path in tmp_path.glob("serve-*.log")]
+    conn = await asyncpg.connect(database_url)
+    try:
+        outputs += [r["payload"] for r in await conn.fetch("SELECT payload::text FROM ledger")]
+        for table in ("run_record", "session_summary", "session_turn", "session_line"):
+            outputs += [r["t"] for r in await conn.fetch(
+                f"SELECT row_to_json(r)::text AS t FROM {table} r")]
+    finally:
+        await conn.close()
+    jobs = tmp_path / "data" / "jobs"
+    files = [p for p in jobs.rglob("*") if p.is_file()
+             and not set(SECRET_PROJECTIONS) & set(p.relative_to(jobs).parts)]
+    return outputs + [p.read_text(errors="replace") for p in files], files
+
+
+async def post_changing_nothing(client: Any, database_url: str, url: str, body: Any,
+                                status: int) -> Any:
+    """POST ``body`` to ``url``: the response, after checking its ``status`` and that the
+    database did not change."""
+    before = await snapshot(database_url)
+    response = await client.post(url, json=body)
+    assert response.status_code == status
+    assert await snapshot(database_url) == before
+    return response
+
+
+def decided(decide: Callable[[S | None, C], list[E]], evolve: Callable[[S | None, E], S],
+            state: S | None, *commands: C) -> tuple[S, list[E]]:
+    """Decide and fold each command in turn: the state after, and the events of the last."""
+    events: list[E] = []
+    for command in commands:
+        events = decide(state, command)
+        for event in events:
+            state = evolve(state, event)
+    assert state is not None
+    return state, events
+
+
+class WriterMachine(RuleBasedStateMachine):
+    """A state machine driving the real ledger writer from synchronous rules on a private
+    event loop (hypothesis has no async rules); replay must verify at teardown."""
+
+    database_url = ""
+
+    def open_ledger(self, max_size: int) -> None:
+        """Start the loop, a pool of ``max_size`` connections, the writer and the model."""
+        self.loop = asyncio.new_event_loop()
+        self.pool = self.run(create_pool(self.database_url, min_size=1, max_size=max_size))
+        self.writer = LedgerWriter(self.pool, project)
+        self.run(self.writer.start())
+        self.model: dict[str, dict[str, Any]] = {}
+
+    def run(self, awaitable: Any) -> Any:
+        """Run ``awaitable`` to completion on the machine's loop."""
+        return self.loop.run_until_complete(awaitable)
+
+    def other_pools(self) -> list[asyncpg.Pool]:
+        """Pools besides the writer's, closed at teardown."""
+        return []
+
+    def teardown(self) -> None:
+        if hasattr(self, "loop"):
+            self.run(self.check_replay())
+            self.run(self.writer.close())
+            for pool in (self.pool, *self.other_pools()):
+                self.run(pool.close())
+            self.loop.close()
+
+    @classmethod
+    def check(cls, database_url: str, examples: int) -> None:
+        """Run ``examples`` command sequences of as many steps against ``database_url``."""
+        cls.database_url = database_url
+        machine_test = cls.TestCase
+        machine_test.settings = settings(
+            max_examples=examples, stateful_step_count=examples, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        )
+        machine_test().runTest()
+
+    async def check_replay(self) -> None:
+        """Replay-verify the machine's database."""
+        report = await replay_report(self.database_url)
+        assert report.ok, report

@@ -29,6 +29,16 @@ def bundle(**overrides: Any) -> dict[str, Any]:
     return value
 
 
+def bundled(**overrides: Any) -> dict[str, Any]:
+    """Contract fields with a ``resourceBundleRef`` changed by ``overrides``."""
+    return {"resourceBundleRef": bundle(**overrides)}
+
+
+def prompt_ref(path: str, **fields: Any) -> dict[str, Any]:
+    """Contract fields whose bundle has the one prompt reference ``path``."""
+    return bundled(promptRefs=[{"name": "p", "path": path, **fields}])
+
+
 def tool(tool_name: str, purpose: str, keys: list[str], projection: dict[str, Any]) -> Any:
     return {"secretScope": {"toolCredentials": [{
         "tool": tool_name, "purpose": purpose,
@@ -68,28 +78,23 @@ async def test_each_valid_tool_credential_shape_is_accepted(client: Any, policy:
 
 
 REFUSED: list[tuple[str, dict[str, Any], str]] = [
-    *[(f"old input {old}", {"resourceBundleRef": bundle(**{old: []})}, "schema-invalid")
+    *[(f"old input {old}", bundled(**{old: []}), "schema-invalid")
       for old in model.OLD_BUNDLE_INPUTS],
-    ("short commit pin", {"resourceBundleRef": bundle(commitId="0123abc")}, "invalid-request"),
-    ("short bundle pin", {"resourceBundleRef": bundle(bundles=[
-        {"subpath": "a", "target_path": "a", "commitId": "abc"}])}, "invalid-request"),
-    ("kind not gitbundle", {"resourceBundleRef": bundle(kind="tarball")}, "invalid-request"),
-    ("subpath escapes", {"resourceBundleRef": bundle(bundles=[
-        {"subpath": "../etc", "target_path": "x"}])}, "schema-invalid"),
-    ("absolute target_path", {"resourceBundleRef": bundle(bundles=[
-        {"subpath": "x", "target_path": "/abs"}])}, "schema-invalid"),
-    ("prompt with ..", {"resourceBundleRef": bundle(promptRefs=[
-        {"name": "p", "path": "a/../../b"}])}, "schema-invalid"),
-    ("absolute prompt", {"resourceBundleRef": bundle(promptRefs=[
-        {"name": "p", "path": "/etc/passwd"}])}, "schema-invalid"),
-    ("encoded dots", {"resourceBundleRef": bundle(promptRefs=[
-        {"name": "p", "path": "%2e%2e/secret"}])}, "schema-invalid"),
-    ("NUL in prompt path", {"resourceBundleRef": bundle(promptRefs=[
-        {"name": "p", "path": "a\u0000b"}])}, "invalid-request"),
-    ("inject on resume", {"resourceBundleRef": bundle(promptRefs=[
-        {"name": "p", "path": "p.md", "inject": "every-turn"}])}, "invalid-request"),
-    ("skill with a manifest", {"resourceBundleRef": bundle(requiredSkills=[
-        {"name": "s", "manifest": "inline"}])}, "invalid-request"),
+    ("short commit pin", bundled(commitId="0123abc"), "invalid-request"),
+    ("short bundle pin", bundled(bundles=[{"subpath": "a", "target_path": "a",
+                                           "commitId": "abc"}]), "invalid-request"),
+    ("kind not gitbundle", bundled(kind="tarball"), "invalid-request"),
+    ("subpath escapes", bundled(bundles=[{"subpath": "../etc", "target_path": "x"}]),
+     "schema-invalid"),
+    ("absolute target_path", bundled(bundles=[{"subpath": "x", "target_path": "/abs"}]),
+     "schema-invalid"),
+    ("prompt with ..", prompt_ref("a/../../b"), "schema-invalid"),
+    ("absolute prompt", prompt_ref("/etc/passwd"), "schema-invalid"),
+    ("encoded dots", prompt_ref("%2e%2e/secret"), "schema-invalid"),
+    ("NUL in prompt path", prompt_ref("a\u0000b"), "invalid-request"),
+    ("inject on resume", prompt_ref("p.md", inject="every-turn"), "invalid-request"),
+    ("skill with a manifest", bundled(requiredSkills=[{"name": "s", "manifest": "inline"}]),
+     "invalid-request"),
     ("volume outside /home/svc", {"executionPolicy": tool(
         "git-host", "pull-request", ["k"], {"kind": "volume", "mountPath": "/etc/x"})},
      "schema-invalid"),

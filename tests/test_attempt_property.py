@@ -7,17 +7,15 @@ processes are exercised by the other tests). It also injects "created, then time
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+import asyncpg
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
-    RuleBasedStateMachine,
     initialize,
     invariant,
     precondition,
@@ -29,8 +27,6 @@ from ledger.errors import DomainError, IdempotencyConflict, InvalidTransition, T
 from ledger.intake import submit_command
 from ledger.states import JobState
 from ledger.task import CancelTask
-from ledger.writer import LedgerWriter
-from projections.store import project
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -39,7 +35,7 @@ from runner_assembly.drivers.protocol import (
 )
 from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.settings import RunnerSettings
-from tests.support import replay_report, snapshot, write_profile_secret
+from tests.support import WriterMachine, snapshot, write_profile_secret
 
 BLOCKED, COMPLETED, FAILED, RUNNING = (JobState.BLOCKED, JobState.COMPLETED, JobState.FAILED,
                                        JobState.RUNNING)
@@ -91,39 +87,22 @@ class ScriptedDriver:
         return None
 
 
-class AttemptMachine(RuleBasedStateMachine):
+class AttemptMachine(WriterMachine):
     """Commands in any order; the model says what each must do."""
 
-    database_url = ""
     data_dir = Path()
     tasks = Bundle("tasks")
 
     @initialize()
     def start(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.pool = self.run(create_pool(self.database_url, min_size=1, max_size=4))
+        self.open_ledger(max_size=4)
         self.fence_pool = self.run(create_pool(self.database_url, min_size=1, max_size=4))
-        self.writer = LedgerWriter(self.pool, project)
-        self.run(self.writer.start())
         self.driver = ScriptedDriver()
         self.dispatcher = Dispatcher(self.pool, self.fence_pool, self.writer, self.driver,
                                      RunnerSettings(data_dir=self.data_dir))
-        self.model: dict[str, dict[str, Any]] = {}
 
-    def run(self, awaitable: Any) -> Any:
-        return self.loop.run_until_complete(awaitable)
-
-    def teardown(self) -> None:
-        if hasattr(self, "loop"):
-            self.run(self._replay_ok())
-            self.run(self.writer.close())
-            self.run(self.pool.close())
-            self.run(self.fence_pool.close())
-            self.loop.close()
-
-    async def _replay_ok(self) -> None:
-        report = await replay_report(self.database_url)
-        assert report.ok, report
+    def other_pools(self) -> list[asyncpg.Pool]:
+        return [self.fence_pool]
 
     def attempt(self, task: dict[str, Any], attempt_id: str) -> dict[str, Any]:
         return next(a for a in task["attempts"] if a["id"] == attempt_id)
@@ -308,11 +287,5 @@ class AttemptMachine(RuleBasedStateMachine):
 
 def test_attempts_never_duplicate_and_replay_matches(database_url: str, tmp_path: Path) -> None:
     write_profile_secret(tmp_path)
-    AttemptMachine.database_url = database_url
     AttemptMachine.data_dir = tmp_path
-    machine_test = AttemptMachine.TestCase
-    machine_test.settings = settings(
-        max_examples=30, stateful_step_count=30, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine_test().runTest()
+    AttemptMachine.check(database_url, examples=30)

@@ -12,17 +12,15 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
-import asyncpg
 import httpx
 
 from tests.bundles import bundle_ref, make_bundle_repo
 from tests.conftest import running_api
-from tests.support import task_body
+from tests.support import stored_outputs, task_body
 from tests.test_cli import svc
 from tests.test_secret_hygiene import (
     CANARIES,
     LAB_CANARY,
-    SECRET_PROJECTIONS,
     TOOL_CANARY,
     TRANSIENT_CANARY,
     leaks,
@@ -121,19 +119,8 @@ async def test_careless_backend_leaks_nothing(database_url: str, tmp_path: Path)
         assert plain in lines, f"{plain!r} did not arrive unchanged"
     assert any(line.startswith("GIT_HOST_TOKEN=[") for line in lines)  # masked, then redacted
     assert "split: [masked] end" in text and '"note": "[masked]"}' in text
-    outputs += [path.read_text() for path in tmp_path.glob("serve-*.log")]
-    conn = await asyncpg.connect(database_url)
-    try:
-        outputs += [r["payload"] for r in await conn.fetch("SELECT payload::text FROM ledger")]
-        for table in ("run_record", "session_summary", "session_turn", "session_line"):
-            outputs += [r["t"] for r in await conn.fetch(
-                f"SELECT row_to_json(r)::text AS t FROM {table} r")]
-    finally:
-        await conn.close()
-    jobs = tmp_path / "data" / "jobs"
-    files = [p for p in jobs.rglob("*") if p.is_file()
-             and not set(SECRET_PROJECTIONS) & set(p.relative_to(jobs).parts)]
-    outputs += [p.read_text(errors="replace") for p in files]
+    stored, _files = await stored_outputs(database_url, tmp_path)
+    outputs += stored
     found = {form for text in outputs for form in leaks(text) + _shifted_leaks(text)}
     assert found == set(), f"leaked: {found}"
 

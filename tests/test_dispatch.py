@@ -17,7 +17,7 @@ from api.app import create_app
 from projections.replay import replay
 from runner_assembly.assembly.plan import STATIC_ENV
 from runner_assembly.settings import RunnerSettings
-from tests.support import SECRET_CANARY, snapshot, task_body
+from tests.support import SECRET_CANARY, post_changing_nothing, snapshot, task_body
 
 TASKS = "/api/v1/queue/tasks"
 
@@ -32,6 +32,14 @@ async def dispatch(client: Any, task_id: str, body: Any = None) -> dict[str, Any
     response = await client.post(f"{TASKS}/{task_id}/dispatch", json=body or {})
     assert response.status_code == 200, response.text
     return dict(response.json())
+
+
+async def run_task(client: Any, prompt: str = "say hello",
+                   **overrides: Any) -> tuple[str, dict[str, Any]]:
+    """Submit, dispatch and settle a task: its id and the settled task."""
+    task_id = await submit(client, prompt, **overrides)
+    await dispatch(client, task_id)
+    return task_id, await settle(client, task_id)
 
 
 async def settle(client: Any, task_id: str, timeout: float = 30) -> dict[str, Any]:
@@ -117,9 +125,7 @@ async def test_the_runner_environment_is_minimal_and_explicit(
 async def test_a_failing_backend_fails_the_task_and_refresh_is_idempotent(
     client: Any, database_url: str
 ) -> None:
-    task_id = await submit(client, "exit: 3")
-    await dispatch(client, task_id)
-    failed = await settle(client, task_id)
+    task_id, failed = await run_task(client, "exit: 3")
     assert failed["state"] == "failed"
     assert failed["summary"] == "failed: exit code 3"
     before = await snapshot(database_url)
@@ -145,9 +151,7 @@ async def test_refresh_is_a_no_op_while_running(client: Any, database_url: str) 
 
 
 async def test_a_reported_blocker_blocks_the_task(client: Any) -> None:
-    task_id = await submit(client, "blocker: required-skill-unavailable")
-    await dispatch(client, task_id)
-    blocked = await settle(client, task_id)
+    _, blocked = await run_task(client, "blocker: required-skill-unavailable")
     assert blocked["state"] == "blocked"
     assert blocked["latestAttempt"]["failureKind"] == "required-skill-unavailable"
 
@@ -184,11 +188,9 @@ async def test_dispatch_replays_by_attempt_id_and_refuses_other_states(
 @pytest.mark.parametrize("body", [{"attemptId": 5}, {"attemptId": "a b"}, {"runId": "x"}, [1]])
 async def test_dispatch_refuses_bad_bodies(client: Any, database_url: str, body: Any) -> None:
     task_id = await submit(client)
-    before = await snapshot(database_url)
-    response = await client.post(f"{TASKS}/{task_id}/dispatch", json=body)
-    assert response.status_code == 400
+    response = await post_changing_nothing(client, database_url,
+                                           f"{TASKS}/{task_id}/dispatch", body, 400)
     assert response.json()["error"]["code"] == "invalid-request"
-    assert await snapshot(database_url) == before
 
 
 async def test_dispatch_dry_run_changes_nothing(

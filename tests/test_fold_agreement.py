@@ -8,24 +8,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from ledger import task as rules
 from ledger.errors import DomainError
-from ledger.events import TaskEvent
+from ledger.events import AttemptEnd, TaskEvent
 from ledger.streams import RecordedEntry
-from ledger.task import (
-    AttemptIds,
-    CancelTask,
-    DispatchTask,
-    FailMaterialization,
-    FinishAttempt,
-    MarkTaskRead,
-    MaterializeAttempt,
-    RetryTask,
-    SubmitTask,
-    TaskCommand,
-    TaskState,
-    decide,
-    evolve,
-)
 from projections import attempt_summary, task_summary
 from projections.attempt_summary import AttemptRow
 from projections.task_summary import TaskSummaryRow
@@ -38,11 +24,11 @@ OUTCOMES = st.sampled_from(["completed", "failed", "blocked", "running", "bogus"
 MOMENT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def submit() -> SubmitTask:
+def submit() -> rules.SubmitTask:
     """A minimal valid submit command."""
-    return SubmitTask(task_id=TASK, tenant_id="t", project_id="p", queue="q", lane="default",
-                      title="x", priority=50, backend_profile=None, contract={},
-                      payload_hash="0" * 64, creator="test")
+    return rules.SubmitTask(task_id=TASK, tenant_id="t", project_id="p", queue="q", lane="default",
+                            title="x", priority=50, backend_profile=None, contract={},
+                            payload_hash="0" * 64, creator="test")
 
 
 class FoldAgreement(RuleBasedStateMachine):
@@ -50,20 +36,20 @@ class FoldAgreement(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state: TaskState | None = None
+        self.state: rules.TaskState | None = None
         self.row: TaskSummaryRow | None = None
         self.attempts: dict[str, AttemptRow] = {}
         self.seq = 0
         self.fresh = 0
 
-    def run(self, command: TaskCommand) -> None:
+    def run(self, command: rules.TaskCommand) -> None:
         """Decide; on success fold the events into the decision state and the projections."""
         try:
-            events = decide(self.state, command)
+            events = rules.decide(self.state, command)
         except DomainError:
             return
         for event in events:
-            self.state = evolve(self.state, event)
+            self.state = rules.evolve(self.state, event)
             self.project(event)
 
     def project(self, event: TaskEvent) -> None:
@@ -81,12 +67,12 @@ class FoldAgreement(RuleBasedStateMachine):
             if after is not None:
                 self.attempts[attempt_id] = after
 
-    def ids(self, attempt_id: str | None = None) -> AttemptIds:
+    def ids(self, attempt_id: str | None = None) -> rules.AttemptIds:
         """Fresh identities (``attempt_id`` when the caller names one)."""
         self.fresh += 1
-        return AttemptIds(attempt_id or f"att_new{self.fresh}", f"run_{self.fresh}",
-                          f"cmd_{self.fresh}", f"job_{self.fresh}", f"ses_{self.fresh}",
-                          "codex")
+        return rules.AttemptIds(attempt_id or f"att_new{self.fresh}", f"run_{self.fresh}",
+                                f"cmd_{self.fresh}", f"job_{self.fresh}", f"ses_{self.fresh}",
+                                "codex")
 
     def known(self, index: int) -> str:
         """An attempt id of the task (or an unknown one when there are none)."""
@@ -104,32 +90,33 @@ class FoldAgreement(RuleBasedStateMachine):
 
     @rule(named=st.none() | ATTEMPTS)
     def dispatch(self, named: str | None) -> None:
-        self.run(DispatchTask(TASK, self.ids(named), named=named is not None))
+        self.run(rules.DispatchTask(TASK, self.ids(named), named=named is not None))
 
     @rule(key=st.sampled_from(["k1", "k2", "k3"]), reason=st.sampled_from(["r1", "r2"]))
     def retry(self, key: str, reason: str) -> None:
-        self.run(RetryTask(TASK, key, reason, self.ids()))
+        self.run(rules.RetryTask(TASK, key, reason, self.ids()))
 
     @rule(index=st.integers(0, 6), unknown=st.booleans())
     def materialize(self, index: int, unknown: bool) -> None:
-        self.run(MaterializeAttempt(TASK, "att_unknown" if unknown else self.known(index)))
+        self.run(rules.MaterializeAttempt(TASK, "att_unknown" if unknown else self.known(index)))
 
     @rule(index=st.integers(0, 6), kind=FAILURE_KINDS)
     def fail_materialization(self, index: int, kind: str) -> None:
-        self.run(FailMaterialization(TASK, self.known(index), kind, "no job"))
+        self.run(rules.FailMaterialization(TASK, self.known(index), kind, "no job"))
 
     @rule(index=st.integers(0, 6), outcome=OUTCOMES, kind=st.none() | FAILURE_KINDS,
           exit_code=st.none() | st.integers(0, 2))
     def finish(self, index: int, outcome: str, kind: str | None, exit_code: int | None) -> None:
-        self.run(FinishAttempt(TASK, self.known(index), outcome, kind, "why", exit_code))
+        self.run(rules.FinishAttempt(TASK, AttemptEnd(self.known(index), outcome, kind, "why",
+                                                     exit_code)))
 
     @rule(reason=st.none() | st.sampled_from(["stop", ""]))
     def cancel(self, reason: str | None) -> None:
-        self.run(CancelTask(TASK, reason))
+        self.run(rules.CancelTask(TASK, reason))
 
     @rule(reader=st.sampled_from(["a", "b"]))
     def read(self, reader: str) -> None:
-        self.run(MarkTaskRead(TASK, reader))
+        self.run(rules.MarkTaskRead(TASK, reader))
 
     @invariant()
     def projections_agree_with_the_decision_fold(self) -> None:

@@ -8,53 +8,33 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
-    RuleBasedStateMachine,
     consumes,
     initialize,
     invariant,
     rule,
 )
 
-from ledger.database import create_pool
 from ledger.errors import DomainError, InvalidTransition
 from ledger.intake import submit_command
 from ledger.task import CANCELLABLE, CancelTask, MarkTaskRead
-from ledger.writer import LedgerWriter
-from projections.store import project
-from tests.support import replay_report
+from tests.support import WriterMachine
 
 READERS = st.sampled_from(["ann", "bob", "cy"])
 QUEUES = st.sampled_from(["alpha", "alpha/fast", "beta"])
 PROFILES = st.sampled_from([None, "profile-1", "profile-4"])
 
 
-class LedgerMachine(RuleBasedStateMachine):
+class LedgerMachine(WriterMachine):
     """Drives the real writer from synchronous rules on a private event loop."""
 
-    database_url = ""
     tasks = Bundle("tasks")
 
     @initialize()
     def start(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.pool = self.run(create_pool(self.database_url, min_size=1, max_size=3))
-        self.writer = LedgerWriter(self.pool, project)
-        self.run(self.writer.start())
-        self.model: dict[str, dict[str, Any]] = {}
-
-    def run(self, awaitable: Any) -> Any:
-        return self.loop.run_until_complete(awaitable)
-
-    def teardown(self) -> None:
-        if hasattr(self, "loop"):
-            self.run(self._check_replay())
-            self.run(self.writer.close())
-            self.run(self.pool.close())
-            self.loop.close()
+        self.open_ledger(max_size=3)
 
     def _apply_model(self, command: Any, error: BaseException | None) -> None:
         task = self.model[command.task_id]
@@ -145,16 +125,6 @@ class LedgerMachine(RuleBasedStateMachine):
         assert Counter({tuple(r.values())[:4]: r["n"] for r in counted}) == Counter(
             {tuple(r.values())[:4]: r["n"] for r in kept})
 
-    async def _check_replay(self) -> None:
-        report = await replay_report(self.database_url)
-        assert report.ok, report
-
 
 def test_replay_equals_live_state_for_any_command_sequence(database_url: str) -> None:
-    LedgerMachine.database_url = database_url
-    machine_test = LedgerMachine.TestCase
-    machine_test.settings = settings(
-        max_examples=25, stateful_step_count=25, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine_test().runTest()
+    LedgerMachine.check(database_url, examples=25)

@@ -11,12 +11,11 @@ import json
 from pathlib import Path
 from urllib.parse import quote
 
-import asyncpg
 import httpx
 
 from tests.bundles import bundle_ref, make_bundle_repo
 from tests.conftest import running_api
-from tests.support import SECRET_CANARY, task_body
+from tests.support import SECRET_CANARY, stored_outputs, task_body
 from tests.test_cli import svc
 
 TOOL_CANARY = "ToolTok#/!%:@canary-7d21"
@@ -24,7 +23,6 @@ REPO_CANARY = "P@ss#w/rd!%:canary-4c3e"
 TRANSIENT_CANARY = "Transient&canary=5a9b"
 LAB_CANARY = "LabApiKey-canary-88f0"
 CANARIES = (SECRET_CANARY, TOOL_CANARY, REPO_CANARY, TRANSIENT_CANARY, LAB_CANARY)
-SECRET_PROJECTIONS = ("job-secret", ".backend", ".ssh")
 """Job paths that are the secret projections themselves: the only places values belong."""
 
 
@@ -123,21 +121,11 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
         assert refused.status_code == 400
         # issue 13: a URL password is refused at intake, before the assembly gate
         assert refused.json()["error"]["code"] == "credential-in-request"
-    outputs += [path.read_text() for path in tmp_path.glob("serve-*.log")]
-    conn = await asyncpg.connect(database_url)
-    try:
-        outputs += [r["payload"] for r in await conn.fetch("SELECT payload::text FROM ledger")]
-        for table in ("run_record", "session_summary", "session_turn", "session_line"):
-            outputs += [r["t"] for r in await conn.fetch(
-                f"SELECT row_to_json(r)::text AS t FROM {table} r")]
-    finally:
-        await conn.close()
+    stored, files = await stored_outputs(database_url, tmp_path)
     jobs = tmp_path / "data" / "jobs"
-    files = [p for p in jobs.rglob("*") if p.is_file()
-             and not set(SECRET_PROJECTIONS) & set(p.relative_to(jobs).parts)]
     assert any(p.name == "stdout.log" for p in files) and any(p.name == "assembly.json"
                                                              for p in files)
-    outputs += [p.read_text(errors="replace") for p in files]
+    outputs += stored
     projected = "".join(p.read_text(errors="replace") for p in jobs.rglob("*")
                         if p.is_file() and p not in files)
     assert LAB_CANARY in projected and TOOL_CANARY in projected and SECRET_CANARY in projected, \

@@ -4,20 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ledger import events as ev
 from ledger.errors import InvalidTransition, NotFound, SessionStoreEvicted
-from ledger.events import (
-    SessionCancelled,
-    SessionEvent,
-    SessionEvicted,
-    SessionOpened,
-    SessionRead,
-    SessionStorageRefreshed,
-    SessionTurnFinished,
-    SessionTurnReserved,
-    SessionTurnStarted,
-    TurnFacts,
-    VolumeSummary,
-)
 from ledger.session import (
     CancelSession,
     EvictSession,
@@ -33,9 +21,10 @@ from ledger.session import (
     evolve,
     refuse_new_turn,
 )
+from tests.support import decided
 
 SES = "ses_1"
-SUMMARY = VolumeSummary("pvc", "Bound", 10, 2, "0" * 64, "2026-01-01T00:00:00+00:00")
+SUMMARY = ev.VolumeSummary("pvc", "Bound", 10, 2, "0" * 64, "2026-01-01T00:00:00+00:00")
 
 
 def open_command(profile: str = "codex") -> OpenSession:
@@ -45,22 +34,16 @@ def open_command(profile: str = "codex") -> OpenSession:
                        expires_at="2026-01-01T00:01:00+00:00", creator="test")
 
 
-def turn(job: str) -> TurnFacts:
+def turn(job: str) -> ev.TurnFacts:
     """The facts of a turn run by ``job``."""
-    return TurnFacts(run_id="run_1", command_id=f"cmd_{job}", runner_job_id=job,
-                     thread_id=None, expires_at="2026-01-01T00:01:00+00:00")
+    return ev.TurnFacts(run_id="run_1", command_id=f"cmd_{job}", runner_job_id=job,
+                        thread_id=None, expires_at="2026-01-01T00:01:00+00:00")
 
 
 def apply(state: SessionState | None,
-          *commands: SessionCommand) -> tuple[SessionState, list[SessionEvent]]:
+          *commands: SessionCommand) -> tuple[SessionState, list[ev.SessionEvent]]:
     """Decide and fold each command; the events of the last."""
-    events: list[SessionEvent] = []
-    for command in commands:
-        events = decide(state, command)
-        for event in events:
-            state = evolve(state, event)
-    assert state is not None
-    return state, events
+    return decided(decide, evolve, state, *commands)
 
 
 def opened() -> SessionState:
@@ -85,8 +68,8 @@ def evicted() -> SessionState:
 
 def test_open_creates_the_session_or_finds_it_under_the_same_profile() -> None:
     state, events = apply(None, open_command())
-    assert events == [SessionOpened(**{f: getattr(open_command(), f)
-                                       for f in SessionOpened.__struct_fields__})]
+    assert events == [ev.SessionOpened(**{f: getattr(open_command(), f)
+                                          for f in ev.SessionOpened.__struct_fields__})]
     assert (state.backend_profile, state.storage_kind, state.version) == ("codex", "volume", 1)
     assert decide(state, open_command()) == []
 
@@ -98,7 +81,7 @@ def test_open_under_another_profile_is_refused() -> None:
 
 @pytest.mark.parametrize("command", [
     ReserveTurn(SES, turn("job_1")), StartTurn(SES, "job_1", "local", "h"),
-    FinishTurn(SES, "job_1", "completed"), RefreshStorage(SES, SUMMARY),
+    FinishTurn(SES, ev.TurnEnd("job_1", "completed")), RefreshStorage(SES, SUMMARY),
     EvictSession(SES, "x"), CancelSession(SES), MarkSessionRead(SES, "r"),
 ])
 def test_commands_on_a_missing_session_are_not_found(command: SessionCommand) -> None:
@@ -108,8 +91,8 @@ def test_commands_on_a_missing_session_are_not_found(command: SessionCommand) ->
 
 def test_reserve_records_the_turn_once() -> None:
     state, events = apply(opened(), ReserveTurn(SES, turn("job_1")))
-    assert events == [SessionTurnReserved(**{f: getattr(turn("job_1"), f)
-                                             for f in TurnFacts.__struct_fields__})]
+    assert events == [ev.SessionTurnReserved(**{f: getattr(turn("job_1"), f)
+                                                for f in ev.TurnFacts.__struct_fields__})]
     assert state.active_turn() == "job_1"
     assert decide(state, ReserveTurn(SES, turn("job_1"))) == []
     assert decide(running(), ReserveTurn(SES, turn("job_1"))) == []
@@ -146,27 +129,29 @@ def test_the_turn_refusals_are_the_ones_the_orchestration_checks() -> None:
 
 def test_start_runs_a_reserved_turn_only() -> None:
     state, events = apply(reserved(), StartTurn(SES, "job_1", "local", "h"))
-    assert events == [SessionTurnStarted("job_1", "local", "h")]
+    assert events == [ev.SessionTurnStarted("job_1", "local", "h")]
     assert state.turns == {"job_1": "running"}
     assert decide(state, StartTurn(SES, "job_1", "local", "h")) == []
     assert decide(opened(), StartTurn(SES, "job_9", "local", "h")) == []
 
 
 def test_finish_ends_an_active_turn_and_keeps_its_thread() -> None:
-    state, events = apply(running(), FinishTurn(SES, "job_1", "completed", "thr_1", None,
-                                                None, 0))
-    assert events == [SessionTurnFinished("job_1", "completed", "thr_1", None, None, 0)]
+    state, events = apply(running(), FinishTurn(SES, ev.TurnEnd(
+        "job_1", "completed", "thr_1", None, None, 0)))
+    assert events == [ev.SessionTurnFinished("job_1", "completed", "thr_1", None, None, 0)]
     assert (state.turns, state.thread_id, state.active_turn()) == (
         {"job_1": "completed"}, "thr_1", None)
-    assert decide(state, FinishTurn(SES, "job_1", "failed")) == []
+    assert decide(state, FinishTurn(SES, ev.TurnEnd("job_1", "failed"))) == []
     state, _ = apply(state, ReserveTurn(SES, turn("job_2")),
-                     StartTurn(SES, "job_2", "local", "h"), FinishTurn(SES, "job_2", "failed"))
+                     StartTurn(SES, "job_2", "local", "h"),
+                     FinishTurn(SES, ev.TurnEnd("job_2", "failed")))
     assert state.thread_id == "thr_1"  # a turn without a thread keeps the session's
 
 
 def test_a_turn_that_never_started_may_be_reserved_again() -> None:
-    state, events = apply(reserved(), FinishTurn(SES, "job_1", "failed", None, "infra-failed"))
-    assert events == [SessionTurnFinished("job_1", "failed", None, "infra-failed")]
+    state, events = apply(reserved(), FinishTurn(SES, ev.TurnEnd("job_1", "failed", None,
+                                                                 "infra-failed")))
+    assert events == [ev.SessionTurnFinished("job_1", "failed", None, "infra-failed")]
     assert state.turns == {} and state.active_turn() is None
     state, events = apply(state, ReserveTurn(SES, turn("job_1")))
     assert events and state.active_turn() == "job_1"
@@ -174,15 +159,15 @@ def test_a_turn_that_never_started_may_be_reserved_again() -> None:
 
 def test_refresh_records_the_summary_unless_evicted() -> None:
     state, events = apply(opened(), RefreshStorage(SES, SUMMARY))
-    assert events == [SessionStorageRefreshed(**{f: getattr(SUMMARY, f)
-                                                 for f in VolumeSummary.__struct_fields__})]
+    assert events == [ev.SessionStorageRefreshed(**{f: getattr(SUMMARY, f)
+                                                    for f in ev.VolumeSummary.__struct_fields__})]
     assert state.version == 2
     assert decide(evicted(), RefreshStorage(SES, SUMMARY)) == []
 
 
 def test_evict_marks_the_storage_once_and_never_under_a_running_turn() -> None:
     state, events = apply(opened(), EvictSession(SES, "expired"))
-    assert events == [SessionEvicted("expired")] and state.storage_kind == "evicted"
+    assert events == [ev.SessionEvicted("expired")] and state.storage_kind == "evicted"
     assert decide(state, EvictSession(SES, "again")) == []
     for active in (reserved(), running()):
         with pytest.raises(InvalidTransition, match="turn in progress"):
@@ -191,14 +176,14 @@ def test_evict_marks_the_storage_once_and_never_under_a_running_turn() -> None:
 
 def test_cancel_needs_an_active_turn() -> None:
     for active in (reserved(), running()):
-        assert decide(active, CancelSession(SES, "stop")) == [SessionCancelled("stop")]
+        assert decide(active, CancelSession(SES, "stop")) == [ev.SessionCancelled("stop")]
     with pytest.raises(InvalidTransition, match="no turn in progress"):
         decide(opened(), CancelSession(SES))
 
 
 def test_read_advances_the_cursor_to_the_version_once() -> None:
     state, events = apply(running(), MarkSessionRead(SES, "r"))
-    assert events == [SessionRead("r", 3)] and state.cursors == {"r": 3}
+    assert events == [ev.SessionRead("r", 3)] and state.cursors == {"r": 3}
     assert state.version == 3  # a read changes no version
     assert decide(state, MarkSessionRead(SES, "r")) == []
-    assert decide(state, MarkSessionRead(SES, "s")) == [SessionRead("s", 3)]
+    assert decide(state, MarkSessionRead(SES, "s")) == [ev.SessionRead("s", 3)]

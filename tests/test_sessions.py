@@ -28,7 +28,7 @@ from runner_assembly.orchestration.session_service import SessionService
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import running_api
 from tests.support import snapshot, task_body, write_profile_secret
-from tests.test_dispatch import dispatch, settle, submit
+from tests.test_dispatch import dispatch, run_task, settle, submit
 
 SESSIONS = "/api/v1/sessions"
 TASKS = "/api/v1/queue/tasks"
@@ -113,9 +113,7 @@ async def test_two_tasks_in_one_session_resume_the_same_thread(
 async def test_thread_start_prompts_only_on_a_new_thread_and_null_session_never_resumes(
     client: Any, runner_settings: RunnerSettings
 ) -> None:
-    task = await submit(client, "no session")
-    await dispatch(client, task)
-    done = await settle(client, task)
+    _, done = await run_task(client, "no session")
     session_id = done["latestAttempt"]["sessionId"]
     detail = (await client.get(f"{SESSIONS}/{session_id}")).json()
     assert detail["storageKind"] == "none" and detail["storage"]["pvcName"] is None
@@ -133,9 +131,7 @@ async def test_thread_start_prompts_only_on_a_new_thread_and_null_session_never_
 async def test_a_resume_whose_rollout_is_missing_is_session_store_evicted(
     client: Any, runner_settings: RunnerSettings
 ) -> None:
-    task = await submit(client, "resume", sessionRef={**ref("s2"), "threadId": "thr_gone"})
-    await dispatch(client, task)
-    done = await settle(client, task)
+    _, done = await run_task(client, "resume", sessionRef={**ref("s2"), "threadId": "thr_gone"})
     assert done["state"] == "blocked"
     assert done["latestAttempt"]["failureKind"] == "session-store-evicted"
     volume = runner_settings.sessions_dir / "s2"
@@ -351,9 +347,7 @@ async def test_storage_refresh_records_a_posted_runner_summary(client: Any) -> N
     storage = response.json()["storage"]
     assert (storage["storageSizeBytes"], storage["storageFilesCount"],
             storage["storageSha256"], storage["pvcPhase"]) == (10, 2, "a" * 64, "Bound")
-    task = await submit(client, "no volume")
-    await dispatch(client, task)
-    ephemeral = (await settle(client, task))["latestAttempt"]["sessionId"]
+    ephemeral = (await run_task(client, "no volume"))[1]["latestAttempt"]["sessionId"]
     refused = await client.post(f"{SESSIONS}/{ephemeral}/storage/refresh", json=body)
     assert refused.status_code == 409
 

@@ -76,3 +76,32 @@ def test_events_with_states_encode_as_before_and_decode_to_the_enums() -> None:
     turn = session_event_decoder.decode(event_encoder.encode(
         SessionTurnFinished("job_1", TurnStatus.FAILED)))
     assert isinstance(turn, SessionTurnFinished) and turn.status is TurnStatus.FAILED
+
+
+STORED_BEFORE_SHARED_BASES = [
+    b'{"type":"task-submitted","task_id":"tsk_1","tenant_id":"ten","project_id":"prj",'
+    b'"queue":"q","lane":"default","title":"T","priority":3,"backend_profile":null,'
+    b'"contract":{"a":1},"payload_hash":"h","creator":"me"}',
+    b'{"type":"task-read-cursor-advanced","reader_id":"rdr","version":4}',
+    b'{"type":"task-cancelled","reason":"why"}',
+    b'{"type":"task-cancelled","reason":null}',
+    b'{"type":"run-created","run_id":"run_1","task_id":"tsk_1","attempt_id":"att_1",'
+    b'"command_id":"cmd_1","runner_job_id":"job_1","session_id":"ses_1",'
+    b'"conversation_id":"cnv_1","backend_profile":"codex","resource_bundle_ref":'
+    b'{"repoUrl":"u"},"prompt_sha256":"sha","prompt_bytes":5,"base":null}',
+    b'{"type":"session-cancelled","reason":null}',
+    b'{"type":"session-read","reader_id":"rdr","version":2}',
+    b'{"type":"run-finished","status":"failed","exit_code":3,"failure_kind":"infra-failed",'
+    b'"failure_message":"boom"}',
+    b'{"type":"session-turn-finished","runner_job_id":"job_1","status":"completed",'
+    b'"thread_id":"thr_1","failure_kind":null,"failure_message":null,"exit_code":0}',
+]
+
+
+@pytest.mark.parametrize("stored", STORED_BEFORE_SHARED_BASES)
+def test_events_on_shared_bases_keep_their_stored_bytes(stored: bytes) -> None:
+    """Events whose fields moved into shared base Structs decode and re-encode unchanged."""
+    kind = msgspec.json.decode(stored)["type"]
+    decoder = (run_event_decoder if kind.startswith("run-") else session_event_decoder
+               if kind.startswith("session-") else task_event_decoder)
+    assert event_encoder.encode(decoder.decode(stored)) == stored

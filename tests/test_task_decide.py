@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ledger import events as ev
 from ledger.errors import IdempotencyConflict, InvalidTransition, NotFound, TaskNotRetryable
-from ledger.events import (
-    AttemptFinished,
-    AttemptMaterializationFailed,
-    AttemptMaterialized,
-    AttemptReserved,
-    TaskCancelled,
-    TaskEvent,
-)
 from ledger.task import (
     AttemptIds,
     CancelTask,
@@ -27,6 +20,7 @@ from ledger.task import (
     decide,
     evolve,
 )
+from tests.support import decided
 
 TASK = "tsk_1"
 
@@ -37,13 +31,9 @@ def ids(n: int, attempt_id: str | None = None) -> AttemptIds:
                       f"ses_{n}", "codex")
 
 
-def apply(state: TaskState | None, command: TaskCommand) -> tuple[TaskState, list[TaskEvent]]:
+def apply(state: TaskState | None, command: TaskCommand) -> tuple[TaskState, list[ev.TaskEvent]]:
     """Decide and fold the events."""
-    events = decide(state, command)
-    for event in events:
-        state = evolve(state, event)
-    assert state is not None
-    return state, events
+    return decided(decide, evolve, state, command)
 
 
 def pending() -> TaskState:
@@ -66,12 +56,12 @@ def running() -> TaskState:
 
 def finished(outcome: str, kind: str | None = None) -> TaskState:
     """A task whose first attempt finished with ``outcome``."""
-    return apply(running(), FinishAttempt(TASK, "att_0", outcome, kind))[0]
+    return apply(running(), FinishAttempt(TASK, ev.AttemptEnd("att_0", outcome, kind)))[0]
 
 
 def test_dispatch_reserves_the_first_attempt_with_its_ids() -> None:
     state, events = apply(pending(), DispatchTask(TASK, ids(0)))
-    assert events == [AttemptReserved("att_0", 0, "run_0", "cmd_0", "job_0", "ses_0", "codex")]
+    assert events == [ev.AttemptReserved("att_0", 0, "run_0", "cmd_0", "job_0", "ses_0", "codex")]
     assert state.state == "pending" and state.latest is not None
     assert (state.latest.state, state.latest.ids) == ("reserved", ids(0))
     assert state.in_flight() == state.latest
@@ -106,7 +96,7 @@ def test_commands_on_a_missing_task_or_attempt_are_not_found() -> None:
         with pytest.raises(NotFound):
             decide(None, command)
     missing_attempt: list[TaskCommand] = [
-        MaterializeAttempt(TASK, "att_x"), FinishAttempt(TASK, "att_x", "completed"),
+        MaterializeAttempt(TASK, "att_x"), FinishAttempt(TASK, ev.AttemptEnd("att_x", "completed")),
         FailMaterialization(TASK, "att_x", "infra-failed", "m")]
     for command in missing_attempt:
         with pytest.raises(NotFound):
@@ -115,7 +105,7 @@ def test_commands_on_a_missing_task_or_attempt_are_not_found() -> None:
 
 def test_materialise_runs_the_attempt_and_the_task_once() -> None:
     state, events = apply(reserved(), MaterializeAttempt(TASK, "att_0"))
-    assert events == [AttemptMaterialized("att_0")]
+    assert events == [ev.AttemptMaterialized("att_0")]
     assert state.state == "running" and state.latest is not None
     assert state.latest.state == "running"
     assert decide(state, MaterializeAttempt(TASK, "att_0")) == []
@@ -123,7 +113,7 @@ def test_materialise_runs_the_attempt_and_the_task_once() -> None:
 
 def test_a_blocker_on_dispatch_blocks_the_attempt_and_the_task() -> None:
     state, events = apply(reserved(), FailMaterialization(TASK, "att_0", "build-required", "m"))
-    assert events == [AttemptMaterializationFailed("att_0", "build-required", "m", "blocked")]
+    assert events == [ev.AttemptMaterializationFailed("att_0", "build-required", "m", "blocked")]
     assert state.state == "blocked" and state.latest is not None
     assert (state.latest.state, state.latest.failure_kind) == ("blocked", "build-required")
     assert decide(state, FailMaterialization(TASK, "att_0", "build-required", "m")) == []
@@ -131,7 +121,7 @@ def test_a_blocker_on_dispatch_blocks_the_attempt_and_the_task() -> None:
 
 def test_another_failure_on_dispatch_keeps_the_attempt_reserved_for_a_resume() -> None:
     state, events = apply(reserved(), FailMaterialization(TASK, "att_0", "infra-failed", "m"))
-    assert events == [AttemptMaterializationFailed("att_0", "infra-failed", "m", "reserved")]
+    assert events == [ev.AttemptMaterializationFailed("att_0", "infra-failed", "m", "reserved")]
     assert state.state == "pending" and state.latest is not None
     assert (state.latest.state, state.latest.failure_kind) == ("reserved", "infra-failed")
     assert state.in_flight() is None
@@ -143,34 +133,36 @@ def test_another_failure_on_dispatch_keeps_the_attempt_reserved_for_a_resume() -
 def test_a_failure_on_retry_keeps_the_attempt_reserved_and_the_task_state() -> None:
     state, _ = apply(finished("failed"), RetryTask(TASK, "k", "r", ids(1)))
     state, events = apply(state, FailMaterialization(TASK, "att_1", "build-required", "m"))
-    assert events == [AttemptMaterializationFailed("att_1", "build-required", "m", "reserved")]
+    assert events == [ev.AttemptMaterializationFailed("att_1", "build-required", "m", "reserved")]
     assert state.state == "failed" and state.latest is not None
     assert state.latest.state == "reserved"
 
 
 def test_finish_writes_the_outcome_to_the_attempt_and_the_task() -> None:
     for outcome in ("completed", "failed", "blocked"):
-        state, events = apply(running(), FinishAttempt(TASK, "att_0", outcome, None, None, 3))
-        assert events == [AttemptFinished("att_0", outcome, None, None, 3)]
+        state, events = apply(running(), FinishAttempt(TASK, ev.AttemptEnd(
+            "att_0", outcome, None, None, 3)))
+        assert events == [ev.AttemptFinished("att_0", outcome, None, None, 3)]
         assert state.state == outcome and state.latest is not None
         assert state.latest.state == outcome
 
 
 def test_finish_of_an_attempt_that_is_not_running_is_a_no_op() -> None:
-    assert decide(reserved(), FinishAttempt(TASK, "att_0", "completed")) == []
-    assert decide(finished("failed"), FinishAttempt(TASK, "att_0", "completed")) == []
+    assert decide(reserved(), FinishAttempt(TASK, ev.AttemptEnd("att_0", "completed"))) == []
+    assert decide(finished("failed"),
+                  FinishAttempt(TASK, ev.AttemptEnd("att_0", "completed"))) == []
 
 
 def test_an_unknown_outcome_is_refused() -> None:
     with pytest.raises(InvalidTransition, match="unknown outcome"):
-        decide(running(), FinishAttempt(TASK, "att_0", "running"))
+        decide(running(), FinishAttempt(TASK, ev.AttemptEnd("att_0", "running")))
 
 
 def test_retry_reserves_a_new_attempt_after_the_previous_one() -> None:
     state, events = apply(finished("blocked", "build-required"),
                           RetryTask(TASK, "k", "fixed", ids(1)))
-    assert events == [AttemptReserved("att_1", 1, "run_1", "cmd_1", "job_1", "ses_1", "codex",
-                                      "k", "fixed", "att_0")]
+    assert events == [ev.AttemptReserved("att_1", 1, "run_1", "cmd_1", "job_1", "ses_1", "codex",
+                                         "k", "fixed", "att_0")]
     assert state.state == "blocked" and [a.state for a in state.attempts] == ["blocked",
                                                                               "reserved"]
 
@@ -206,7 +198,7 @@ def test_cancel_closes_a_reserved_or_running_attempt_only(state: object,
                                                           attempt: str | None) -> None:
     assert callable(state)
     after, events = apply(state(), CancelTask(TASK, "stop"))
-    assert events == [TaskCancelled("stop")] and after.state == "cancelled"
+    assert events == [ev.TaskCancelled("stop")] and after.state == "cancelled"
     assert (after.latest.state if after.latest else None) == attempt
 
 

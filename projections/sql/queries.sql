@@ -1,7 +1,10 @@
 -- Read queries. Each is one statement, so the high-water mark and the rows share a snapshot.
 -- Optional filters use "$n IS NULL OR …"; the pool forces custom plans so indexes are used.
 
--- name: list_tasks_desc
+-- name: list_tasks
+-- $6 true: changed after $4 (up to the high-water mark), oldest first; false: newest first,
+-- below $4. With custom plans each CASE folds to one plain condition and one sort key, so
+-- both directions scan an index (no sort).
 SELECT h.last_seq AS high_water, t.*
 FROM ledger_head h
 LEFT JOIN LATERAL (
@@ -10,24 +13,10 @@ LEFT JOIN LATERAL (
            updated_at
     FROM task_summary
     WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
-      AND ($3::text IS NULL OR state = $3) AND change_seq < $4
-    ORDER BY change_seq DESC
-    LIMIT $5
-) t ON true
-WHERE h.id = 1
-
--- name: list_tasks_asc
-SELECT h.last_seq AS high_water, t.*
-FROM ledger_head h
-LEFT JOIN LATERAL (
-    SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
-           summary, version, change_seq, latest_attempt::text AS latest_attempt, created_at,
-           updated_at
-    FROM task_summary
-    WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
-      AND ($3::text IS NULL OR state = $3) AND change_seq > $4
-      AND change_seq <= h.last_seq
-    ORDER BY change_seq ASC
+      AND ($3::text IS NULL OR state = $3)
+      AND CASE WHEN $6::bool THEN change_seq > $4 AND change_seq <= h.last_seq
+               ELSE change_seq < $4 END
+    ORDER BY CASE WHEN $6 THEN change_seq END ASC, CASE WHEN NOT $6 THEN change_seq END DESC
     LIMIT $5
 ) t ON true
 WHERE h.id = 1

@@ -6,7 +6,6 @@ import functools
 import platform
 import shutil
 import subprocess
-from typing import Any
 
 from ledger.version import VERSION
 
@@ -26,7 +25,7 @@ def _version_of(tool: str) -> str | None:
 
 
 @functools.cache
-def work_ready_summary() -> dict[str, Any]:
+def work_ready_summary() -> dict[str, object]:
     """Version, tool names and versions, dependency policy, ``valuesPrinted=false``."""
     tools: list[dict[str, str | None]] = [{"name": "python", "version": platform.python_version()}]
     for tool in ("git",):

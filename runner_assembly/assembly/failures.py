@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ledger.states import FailureKind
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -14,7 +12,7 @@ class AssemblyFailure(Exception):
     """A step of assembly failed; ``kind`` is the SPEC 7 failure kind."""
 
     def __init__(self, kind: FailureKind, message: str,
-                 details: dict[str, Any] | None = None) -> None:
+                 details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message

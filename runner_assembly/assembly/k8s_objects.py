@@ -12,8 +12,6 @@ The Job object carries no secret value: only names, keys, paths and ids.
 
 from __future__ import annotations
 
-from typing import Any
-
 from runner_assembly.assembly.names import (
     JOB_SPEC_KEY,
     POD_BACKEND_HOME,
@@ -25,6 +23,9 @@ from runner_assembly.assembly.names import (
 )
 from runner_assembly.assembly.plan import RunnerJobPlan
 from runner_assembly.assembly.resolve import SessionVolume
+
+K8sObject = dict[str, object]
+"""A Kubernetes object (or part of one) as the API client takes it."""
 
 RUN_AS = 10001
 SAFE_CONTAINER = {
@@ -41,13 +42,13 @@ def labels(plan: RunnerJobPlan) -> dict[str, str]:
             "svc/run-id": plan.ids.run_id, "svc/runner-job-id": plan.ids.runner_job_id}
 
 
-def session_pvc(plan: RunnerJobPlan) -> dict[str, Any] | None:
+def session_pvc(plan: RunnerJobPlan) -> K8sObject | None:
     """The session's single-writer persistent volume claim, or None without a session."""
     volume = plan.session_volume
     return None if volume is None else session_pvc_of(volume)
 
 
-def session_pvc_of(volume: SessionVolume) -> dict[str, Any]:
+def session_pvc_of(volume: SessionVolume) -> K8sObject:
     """The persistent volume claim of one session volume."""
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -61,16 +62,14 @@ def session_pvc_of(volume: SessionVolume) -> dict[str, Any]:
 
 
 def per_job_secret(plan: RunnerJobPlan, job_uid: str | None,
-                   data: dict[str, str] | None) -> dict[str, Any]:
+                   data: dict[str, str] | None) -> K8sObject:
     """The per-job Secret; ``data`` (base64 values) is None when rendering for display."""
-    secret: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": _secret_name(plan), "namespace": plan.namespace,
-                     "labels": labels(plan)},
-        "immutable": True,
-    }
+    metadata: K8sObject = {"name": _secret_name(plan), "namespace": plan.namespace,
+                           "labels": labels(plan)}
+    secret: K8sObject = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                         "metadata": metadata, "immutable": True}
     if job_uid is not None:
-        secret["metadata"]["ownerReferences"] = [{
+        metadata["ownerReferences"] = [{
             "apiVersion": "batch/v1", "kind": "Job", "name": plan.job_name, "uid": job_uid,
             "controller": True, "blockOwnerDeletion": True}]
     if data is not None:
@@ -82,12 +81,12 @@ def _secret_name(plan: RunnerJobPlan) -> str:
     return str(plan.per_job_secret["name"])
 
 
-def job(plan: RunnerJobPlan) -> dict[str, Any]:
+def job(plan: RunnerJobPlan) -> K8sObject:
     """The Job: assembly in an init container, then the backend."""
     if plan.image.image is None:
         raise ValueError("a Kubernetes runner job needs a digest-pinned image")
     mounts, volumes = _volumes(plan)
-    pod_spec: dict[str, Any] = {
+    pod_spec: K8sObject = {
         "restartPolicy": "Never", "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
@@ -104,8 +103,8 @@ def job(plan: RunnerJobPlan) -> dict[str, Any]:
     }
 
 
-def _container(plan: RunnerJobPlan, phase: str, mounts: list[dict[str, Any]],
-               env: list[dict[str, Any]]) -> dict[str, Any]:
+def _container(plan: RunnerJobPlan, phase: str, mounts: list[K8sObject],
+               env: list[K8sObject]) -> K8sObject:
     return {"name": phase, "image": plan.image.image, "imagePullPolicy": "Always",
             "command": [*RUNNER_ENTRY, phase], "workingDir": str(POD_WORKSPACE_ROOT),
             "env": [{"name": "SVC_JOB_SPEC", "value": f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}"},
@@ -113,22 +112,22 @@ def _container(plan: RunnerJobPlan, phase: str, mounts: list[dict[str, Any]],
             "resources": RESOURCES, "securityContext": SAFE_CONTAINER, "volumeMounts": mounts}
 
 
-def _env(plan: RunnerJobPlan) -> list[dict[str, Any]]:
+def _env(plan: RunnerJobPlan) -> list[K8sObject]:
     """Only secret references: static values are written by the assembly step."""
     return [{"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret_name,
                                                             "key": e.key}}}
             for e in plan.env if e.source != "static"]
 
 
-def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[K8sObject]], list[K8sObject]]:
     """Volumes, and the mounts of each container."""
-    volumes: list[dict[str, Any]] = [
+    volumes: list[K8sObject] = [
         {"name": "home", "emptyDir": {}}, {"name": "workspace", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "job", "secret": {"secretName": _secret_name(plan), "defaultMode": 0o400,
                                    "items": [{"key": JOB_SPEC_KEY, "path": JOB_SPEC_KEY}]}},
     ]
-    common: list[dict[str, Any]] = [{"name": "home", "mountPath": str(POD_HOME)},
+    common: list[K8sObject] = [{"name": "home", "mountPath": str(POD_HOME)},
                                     {"name": "workspace", "mountPath": str(POD_WORKSPACE_ROOT)},
                                     {"name": "tmp", "mountPath": "/tmp"},
                                     {"name": "job", "mountPath": POD_JOB_SPEC_DIR,

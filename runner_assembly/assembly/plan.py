@@ -8,7 +8,7 @@ holds no value (``valuesPrinted=false``).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -50,8 +50,8 @@ class BundleSummary(msgspec.Struct, kw_only=True, rename="camel"):
     ref: str | None
     commit_id: str | None
     branch: str | None
-    bundles: list[dict[str, Any]]
-    prompt_refs: list[dict[str, Any]]
+    bundles: list[dict[str, object]]
+    prompt_refs: list[dict[str, object]]
     required_skills: list[str]
     credential: str | None
     fetches: list[RepositoryFetch]
@@ -68,15 +68,15 @@ class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
     image: ImageResolution
     env: list[EnvEntry]
     secrets: list[SecretUse]
-    per_job_secret: dict[str, Any]
+    per_job_secret: dict[str, object]
     session_volume: SessionVolume | None
     workspace_key: str
     resource_bundle: BundleSummary | None
     transient_env: NamesSummary
     endpoint_defaults: list[str]
     smoke_tools: list[str]
-    capability: dict[str, Any]
-    thread: dict[str, Any] = msgspec.field(default_factory=dict)
+    capability: dict[str, object]
+    thread: dict[str, object] = msgspec.field(default_factory=dict)
     """``mode`` (``start`` or ``resume``) and the ``threadId`` a resume continues."""
     values_printed: bool = False
 

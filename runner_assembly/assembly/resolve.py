@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -124,17 +125,16 @@ def mirror_fetch(repo_url: str, defaults: RuntimeDefaults) -> RepositoryFetch:
                            mirror_base_url=None)
 
 
+@dataclass(kw_only=True, eq=False)
 class Resolver:
     """Resolves a task's contract into an :class:`Assembly` (no secret value is read)."""
 
-    def __init__(self, *, namespace: str, driver: str, secrets: FileSecretStore,
-                 defaults: RuntimeDefaults, storage_class: str, rollout_subdir: str) -> None:
-        self.namespace = namespace
-        self.driver = driver
-        self.secrets = secrets
-        self.defaults = defaults
-        self.storage_class = storage_class
-        self.rollout_subdir = rollout_subdir
+    namespace: str
+    driver: str
+    secrets: FileSecretStore
+    defaults: RuntimeDefaults
+    storage_class: str
+    rollout_subdir: str
 
     def resolve(self, contract: dict[str, Any], backend_profile: str,
                 transient_env: Mapping[str, str]) -> Assembly:

@@ -55,11 +55,11 @@ class FaultyDriver:
         """As the wrapped driver."""
         await self.inner.cancel(runner_job_id)
 
-    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+    async def ensure_volume(self, volume: dict[str, object]) -> str:
         """As the wrapped driver."""
         return await self.inner.ensure_volume(volume)
 
-    async def delete_volume(self, volume: dict[str, Any]) -> None:
+    async def delete_volume(self, volume: dict[str, object]) -> None:
         """As the wrapped driver."""
         await self.inner.delete_volume(volume)
 

@@ -88,10 +88,12 @@ class KubernetesDriver:
         return JobHandle(self.name, plan.job_name, f"job:{self.namespace}/{plan.job_name}",
                          adopted)
 
-    def _ensure(self, kind: str, body: dict[str, Any], create: Callable[..., Any],
+    def _ensure(self, kind: str, body: k8s_objects.K8sObject, create: Callable[..., Any],
                 read: Callable[..., Any]) -> tuple[Any, bool]:
         """Create ``body``; on AlreadyExists read and adopt it."""
-        name, timeout = body["metadata"]["name"], self.request_timeout
+        metadata, timeout = body["metadata"], self.request_timeout
+        assert isinstance(metadata, dict)
+        name = metadata["name"]
         try:
             return self._retrying(kind, partial(create, self.namespace, body,
                                                 _request_timeout=timeout)), False
@@ -144,7 +146,7 @@ class KubernetesDriver:
             return JobStatus(JobState.FAILED, failure_message="the runner job's pod failed")
         return JobStatus(JobState.RUNNING)
 
-    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+    async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Resolve or create the session's PVC; its phase (``Pending`` until bound)."""
         body = k8s_objects.session_pvc_of(msgspec.convert(volume, SessionVolume))
         claim, _ = await asyncio.to_thread(
@@ -154,7 +156,7 @@ class KubernetesDriver:
         phase = getattr(getattr(claim, "status", None), "phase", None)
         return phase if isinstance(phase, str) else "Pending"
 
-    async def delete_volume(self, volume: dict[str, Any]) -> None:
+    async def delete_volume(self, volume: dict[str, object]) -> None:
         """Delete the session's PVC (gone already is fine)."""
         await asyncio.to_thread(self._delete_pvc, str(volume["pvcName"]))
 

@@ -67,20 +67,20 @@ class LocalDriver:
             except SandboxUnavailable as error:
                 raise DriverError(FailureKind.INFRA_FAILED, str(error)) from None
 
-    def volume_dir(self, volume: dict[str, Any]) -> Path:
+    def volume_dir(self, volume: dict[str, object]) -> Path:
         """The directory standing in for a session's persistent volume."""
         session_id = str(volume["sessionId"])
         if "/" in session_id or session_id.startswith("."):
             raise DriverError(FailureKind.SCHEMA_INVALID, "invalid session id")
         return self.sessions_dir / session_id
 
-    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+    async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Create the session's directory (0700) if it does not exist yet."""
         folder = self.volume_dir(volume)
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         return "Bound"
 
-    async def delete_volume(self, volume: dict[str, Any]) -> None:
+    async def delete_volume(self, volume: dict[str, object]) -> None:
         """Remove the session's directory and everything in it."""
         await asyncio.to_thread(shutil.rmtree, self.volume_dir(volume), True)
 
@@ -123,7 +123,7 @@ class LocalDriver:
             public = spec.public()
             public.pop("secret_root")  # the runner gets it as an argument: see _spawn
             volume = spec.plan.get("sessionVolume")
-            if volume:
+            if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
             write_json_atomically(folder / "spec.json", public)
         pid = self._pid(folder)

@@ -20,7 +20,7 @@ class JobSpec:
     backend_profile: str
     backend_command: tuple[str, ...]
     prompt: str
-    plan: dict[str, Any]
+    plan: dict[str, object]
     secret_root: str
     prompt_caps: dict[str, int]
     new_thread: bool = True
@@ -30,7 +30,7 @@ class JobSpec:
     job_secret: dict[str, str] = field(default_factory=dict, repr=False)
     """Values of the per-job secret: the driver stores them as a secret, nowhere else."""
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> dict[str, object]:
         """The spec without the per-job secret's values (what a job may show)."""
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}
         values.pop("job_secret")
@@ -55,7 +55,7 @@ class JobStatus:
     exit_code: int | None = None
     failure_kind: str | None = None
     failure_message: str | None = None
-    assembly: dict[str, Any] | None = None
+    assembly: dict[str, object] | None = None
     thread_id: str | None = None
     """The thread the backend started or resumed, as the runner reported it."""
 
@@ -91,11 +91,11 @@ class RunnerDriver(Protocol):
         """Stop the job (no error if it has already ended)."""
         ...
 
-    async def ensure_volume(self, volume: dict[str, Any]) -> str:
+    async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Resolve or create a session volume (a plan's ``sessionVolume``); its phase."""
         ...
 
-    async def delete_volume(self, volume: dict[str, Any]) -> None:
+    async def delete_volume(self, volume: dict[str, object]) -> None:
         """Remove a session volume (no error if it is gone)."""
         ...
 

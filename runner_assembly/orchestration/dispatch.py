@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +20,7 @@ import msgspec
 
 from ledger.database import DbConnection, advisory_lock
 from ledger.errors import DomainError, NotFound
-from ledger.events import AttemptReserved
+from ledger.events import AttemptEnd, AttemptReserved, RunEnd
 from ledger.ids import new_id
 from ledger.redaction import redact_text
 from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
@@ -203,7 +203,7 @@ class Dispatcher:
                            driver=self.driver.name, smoke_tools=self.settings.smoke_tools,
                            thread_id=thread_id)
 
-    async def _planned_ids(self, task_id: str, events: list[Any],
+    async def _planned_ids(self, task_id: str, events: Sequence[msgspec.Struct],
                            attempt_id: str | None) -> Ids | None:
         """Ids of the attempt a dry run would reserve (from its events) or resume."""
         for event in events:
@@ -220,8 +220,9 @@ class Dispatcher:
         """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
         check_transient_env(transient_env, facts.contract, self.settings.defaults)
 
-    async def plan_for(self, facts: TaskFacts, events: list[Any], attempt_id: str | None,
-                       transient_env: dict[str, str]) -> dict[str, Any]:
+    async def plan_for(self, facts: TaskFacts, events: Sequence[msgspec.Struct],
+                       attempt_id: str | None,
+                       transient_env: dict[str, str]) -> dict[str, object]:
         """The dry-run view of the job an attempt would get: its plan, or why assembly fails.
 
         ``events`` are those the dry run would append (a reservation names the new ids);
@@ -369,9 +370,9 @@ class Dispatcher:
         attempt = outcome.state.attempt(attempt_id) if outcome.state is not None else None
         ended = {AttemptStatus.BLOCKED: RunStatus.BLOCKED, AttemptStatus.FAILED: RunStatus.FAILED}
         if attempt is not None and attempt.ids is not None and attempt.state in ended:
-            await self.writer.execute(FinishRun(
-                attempt.ids.run_id, ended[attempt.state], failure_kind=kind,
-                failure_message=bounded(message)), ACTOR)
+            await self.writer.execute(FinishRun(attempt.ids.run_id, RunEnd(
+                ended[attempt.state], failure_kind=kind, failure_message=bounded(message))),
+                ACTOR)
 
     async def refresh(self, task_id: str, dry_run: bool) -> Outcome | None:
         """Write the core terminal state of the latest attempt back; None when nothing to do."""
@@ -386,21 +387,21 @@ class Dispatcher:
         outcome, implied = attempt_outcome(status.state)
         kind = status.failure_kind or implied
         message = bounded(status.failure_message) if status.failure_message else None
-        finish = FinishAttempt(task_id, row.attempt_id, outcome, kind, message,
-                               status.exit_code)
+        finish = FinishAttempt(task_id, AttemptEnd(row.attempt_id, outcome, kind, message,
+                                                   status.exit_code))
         if dry_run:
             return await self.writer.plan(finish)
         if status.assembly is not None:
             await self.writer.execute(RecordAssembly(row.run_id, status.assembly), ACTOR)
         await self.sessions.finish(row.session_id, row.runner_job_id, status)
-        await self.writer.execute(FinishRun(row.run_id, run_status_of(status.state),
-                                            status.exit_code, kind, message), ACTOR)
+        await self.writer.execute(FinishRun(row.run_id, RunEnd(
+            run_status_of(status.state), status.exit_code, kind, message)), ACTOR)
         return await self.writer.execute(finish, ACTOR)
 
     async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
         """Stop a runner job and record the run (and its session turn) as cancelled."""
         await self.driver.cancel(runner_job_id)
-        await self.writer.execute(FinishRun(run_id, RunStatus.CANCELLED), ACTOR)
+        await self.writer.execute(FinishRun(run_id, RunEnd(RunStatus.CANCELLED)), ACTOR)
         session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:
             await self.sessions.finish(session_id, runner_job_id, JobStatus(JobState.CANCELLED))

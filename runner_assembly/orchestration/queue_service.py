@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+import msgspec
 
 from ledger.errors import NotFound
 from ledger.intake import payload_hash
@@ -23,10 +25,10 @@ class Preview:
 
     operation: str
     task_id: str | None
-    before: Any
-    after: Any
-    events: list[Any]
-    extra: dict[str, Any] = field(default_factory=dict)
+    before: object
+    after: object
+    events: Sequence[msgspec.Struct]
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 class QueueService:
@@ -74,7 +76,7 @@ class QueueService:
         return Preview("dispatch", task_id, outcome.before, outcome.state, outcome.events,
                        {"workReady": work_ready_summary(), **job})
 
-    async def refresh(self, task_id: str, dry_run: bool, current: Any) -> Preview | bool:
+    async def refresh(self, task_id: str, dry_run: bool, current: object) -> Preview | bool:
         """Write the core run's terminal state back (whether it did), or preview it;
         ``current`` is the task as it stands, shown when there is nothing to do."""
         outcome = await self.dispatcher.refresh(task_id, dry_run)

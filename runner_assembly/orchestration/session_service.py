@@ -89,7 +89,7 @@ class SessionService:
 
     async def _facts(self, run: RunBase, command: NewCommand) -> TaskFacts:
         """The contract a command of ``run`` executes with: its task's, or the run base."""
-        payload: dict[str, Any] = {"prompt": command.prompt}
+        payload: dict[str, str] = {"prompt": command.prompt}
         if command.thread_id:
             payload["threadId"] = command.thread_id
         if run.task_id:
@@ -194,13 +194,13 @@ class SessionService:
                 failure_message="cancelled through session control"))
 
     @staticmethod
-    def preview_create(request: NewSession) -> dict[str, Any]:
+    def preview_create(request: NewSession) -> dict[str, object]:
         """The dry-run plan of creating a session."""
         return {"sessionId": request.session_id, "backendProfile": request.backend_profile,
                 "volume": "create or resolve", "valuesPrinted": False}
 
     async def preview(self, name: str,
-                      command: CancelSession | MarkSessionRead) -> dict[str, Any]:
+                      command: CancelSession | MarkSessionRead) -> dict[str, object]:
         """The dry-run plan of a session command: the events it would append."""
         outcome = await self.writer.plan(command)
         return {"operation": name, "sessionId": command.session_id,

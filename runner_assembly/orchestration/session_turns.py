@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ import msgspec
 
 from ledger import session_lines, store
 from ledger.database import DbConnection, advisory_lock
-from ledger.events import TurnFacts, VolumeSummary
+from ledger.events import TurnEnd, TurnFacts, VolumeSummary
 from ledger.session import (
     FinishTurn,
     OpenSession,
@@ -62,17 +63,16 @@ def choose_thread(payload_thread: Any, ref_thread: Any, session_thread: str | No
     return None
 
 
+@dataclass(eq=False)
 class SessionTurns:
     """Session bookkeeping around runner jobs."""
 
-    def __init__(self, pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: LedgerWriter,
-                 driver: RunnerDriver, settings: RunnerSettings, resolver: Resolver) -> None:
-        self.pool = pool
-        self.fence_pool = fence_pool
-        self.writer = writer
-        self.driver = driver
-        self.settings = settings
-        self.resolver = resolver
+    pool: asyncpg.Pool
+    fence_pool: asyncpg.Pool
+    writer: LedgerWriter
+    driver: RunnerDriver
+    settings: RunnerSettings
+    resolver: Resolver
 
     @asynccontextmanager
     async def lock(self, session_id: str,
@@ -91,7 +91,7 @@ class SessionTurns:
         """The session's summary row, if it exists."""
         return await oq.session_state(self.pool, session_id)
 
-    def volume(self, session_id: str, conversation_id: str) -> dict[str, Any]:
+    def volume(self, session_id: str, conversation_id: str) -> dict[str, object]:
         """The session volume as a plan shows it (``sessionVolume``)."""
         volume = self.resolver.session_volume({"sessionId": session_id,
                                                "conversationId": conversation_id})
@@ -127,7 +127,7 @@ class SessionTurns:
         await self.writer.execute(OpenSession(
             session_id=session_id, conversation_id=conversation_id, backend_profile=profile,
             storage_kind=StorageKind.VOLUME if persistent else StorageKind.NONE,
-            pvc_name=volume["pvcName"] if volume else None, ttl_seconds=ttl,
+            pvc_name=str(volume["pvcName"]) if volume else None, ttl_seconds=ttl,
             expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id),
             ACTOR)
         row = await self.row(session_id)
@@ -157,9 +157,9 @@ class SessionTurns:
     async def abandon_turn(self, session_id: str, runner_job_id: str, failure_kind: str,
                            failure_message: str) -> None:
         """End a reserved turn whose runner job could not be created."""
-        await self.writer.execute(FinishTurn(session_id, runner_job_id, TurnStatus.FAILED,
-                                             failure_kind=failure_kind,
-                                             failure_message=failure_message), ACTOR)
+        await self.writer.execute(FinishTurn(session_id, TurnEnd(
+            runner_job_id, TurnStatus.FAILED, failure_kind=failure_kind,
+            failure_message=failure_message)), ACTOR)
 
     async def take_in(self, session_id: str, runner_job_id: str, *, final: bool) -> None:
         """Append the job's new output and trace lines to the session."""
@@ -177,9 +177,9 @@ class SessionTurns:
         summary = await self.driver.storage_summary(runner_job_id)
         if summary is not None:
             await self.refresh_storage(session_id, summary)
-        await self.writer.execute(FinishTurn(
-            session_id, runner_job_id, turn_status_of(status.state), status.thread_id,
-            status.failure_kind, status.failure_message, status.exit_code), ACTOR)
+        await self.writer.execute(FinishTurn(session_id, TurnEnd(
+            runner_job_id, turn_status_of(status.state), status.thread_id,
+            status.failure_kind, status.failure_message, status.exit_code)), ACTOR)
 
     async def refresh_storage(self, session_id: str, summary: dict[str, Any]) -> None:
         """Record a runner-written volume summary."""

@@ -141,8 +141,9 @@ class Assembler:
         shims.mkdir(parents=True, exist_ok=True)
         for tool in made.tools:
             if tool["executable"]:
-                shim = shims / tool["name"]
-                shim.write_text(f"#!/bin/sh\nexec '{made.tool_dir / tool['name']}' \"$@\"\n")
+                name = str(tool["name"])
+                shim = shims / name
+                shim.write_text(f"#!/bin/sh\nexec '{made.tool_dir / name}' \"$@\"\n")
                 shim.chmod(0o755)
         return str(shims)
 

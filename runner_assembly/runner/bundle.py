@@ -35,9 +35,9 @@ class Materialized:
 
     commit: str
     tree: str
-    bundles: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    skills: list[dict[str, Any]] = field(default_factory=list)
+    bundles: list[dict[str, object]] = field(default_factory=list)
+    tools: list[dict[str, object]] = field(default_factory=list)
+    skills: list[dict[str, object]] = field(default_factory=list)
     tool_dir: Path | None = None
     skill_dirs: list[Path] = field(default_factory=list)
 
@@ -159,7 +159,7 @@ def _summary(manifest: Path) -> str | None:
 
 def check_required_skills(result: Materialized, required: list[str]) -> None:
     """SPEC 7 ``required-skill-unavailable``, with required, missing and available."""
-    available = sorted(s["name"] for s in result.skills)
+    available = sorted(str(s["name"]) for s in result.skills)
     missing = [name for name in required if name not in available]
     if missing:
         raise AssemblyFailure(FailureKind.REQUIRED_SKILL_UNAVAILABLE,

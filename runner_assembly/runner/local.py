@@ -24,7 +24,6 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
@@ -50,14 +49,14 @@ MASKER = Masker()
 """Every secret value this job projected; each line leaving the job is masked with it."""
 
 
-def trace(folder: Path, kind: str, **fields: Any) -> None:
+def trace(folder: Path, kind: str, **fields: object) -> None:
     """Append one runner event to the job's trace channel (names and counts, no values)."""
     entry = {"at": datetime.now(UTC).isoformat(), "kind": kind, **fields}
     with (folder / CHANNEL_FILES["trace"]).open("a") as handle:
         handle.write(MASKER.mask_text(json.dumps(entry, sort_keys=True)) + "\n")
 
 
-def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, Any]:
+def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, object]:
     """Assemble the job in ``folder``, run its backend (under ``bwrap`` when given); return
     the status report."""
     spec = json.loads((folder / "spec.json").read_text())
@@ -109,7 +108,7 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     return report
 
 
-def _outcome(layout: Layout, code: int) -> dict[str, Any]:
+def _outcome(layout: Layout, code: int) -> dict[str, object]:
     blocker = layout.backend_home / BLOCKER_FILE
     if blocker.is_file():
         return {"state": JobState.BLOCKED, "exitCode": code,

@@ -18,21 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner_assembly.assembly import names
 from runner_assembly.assembly.failures import AssemblyFailure
-from runner_assembly.assembly.names import (
-    JOB_SPEC_KEY,
-    POD_BACKEND_HOME,
-    POD_HOME,
-    POD_JOB_SPEC_DIR,
-    POD_SECRETS_ROOT,
-    POD_WORKSPACE_ROOT,
-)
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
 
-STATE_DIR = Path(POD_HOME) / ".svc"
+STATE_DIR = Path(names.POD_HOME) / ".svc"
 
 
 def assemble(spec_path: Path) -> int:
@@ -40,11 +33,11 @@ def assemble(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     plan = spec["plan"]
     volume = plan["sessionVolume"] or {}
-    layout = Layout(home=Path(POD_HOME), workspace_root=Path(POD_WORKSPACE_ROOT),
+    layout = Layout(home=Path(names.POD_HOME), workspace_root=Path(names.POD_WORKSPACE_ROOT),
                     workspace_key=plan["workspaceKey"],
                     rollout_subdir=volume.get("rolloutSubdir", "sessions"))
-    assembler = Assembler(spec, layout, SecretSource(Path(POD_SECRETS_ROOT)),
-                          Path(POD_JOB_SPEC_DIR), mounted=True)
+    assembler = Assembler(spec, layout, SecretSource(Path(names.POD_SECRETS_ROOT)),
+                          Path(names.POD_JOB_SPEC_DIR), mounted=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     try:
         launch = assembler.run()
@@ -91,7 +84,7 @@ def register_pod_secrets(masker: Masker, plan: dict[str, Any], env: dict[str, st
         if entry["source"] == "secret" or entry["name"] in transient:
             masker.add(env.get(entry["name"], ""))
     for use in plan["secrets"]:
-        folder = {"provider": Path(POD_BACKEND_HOME),
+        folder = {"provider": Path(names.POD_BACKEND_HOME),
                   "tool": Path(use.get("mountPath") or "/nonexistent")}.get(use["role"])
         for key in use["keys"] if folder is not None else ():
             with contextlib.suppress(OSError):
@@ -100,7 +93,8 @@ def register_pod_secrets(masker: Masker, plan: dict[str, Any], env: dict[str, st
 
 def main() -> int:
     """Entry point: the phase is the only argument."""
-    spec_path = Path(os.environ.get("SVC_JOB_SPEC", f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}"))
+    spec_path = Path(os.environ.get("SVC_JOB_SPEC",
+                                    f"{names.POD_JOB_SPEC_DIR}/{names.JOB_SPEC_KEY}"))
     phases = {"assemble": assemble, "backend": backend}
     if len(sys.argv) != 2 or sys.argv[1] not in phases:
         print("usage: python -m runner_assembly.runner.pod assemble|backend", file=sys.stderr)

@@ -13,12 +13,25 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.masking import Masker
+
+
+class SecretUseSpec(TypedDict):
+    """One of the plan's ``secrets`` as the job spec carries it (``SecretUse``, camelCase,
+    defaults omitted)."""
+
+    role: str
+    name: str
+    namespace: str
+    keys: list[str]
+    projection: str
+    envName: NotRequired[str]
+    mountPath: NotRequired[str]
 
 
 class SecretSource:
@@ -29,11 +42,11 @@ class SecretSource:
         self.root = root
         self.masker = masker if masker is not None else Masker()
 
-    def folder(self, use: dict[str, Any]) -> Path:
+    def folder(self, use: SecretUseSpec) -> Path:
         """The directory of one referenced secret."""
         return self.root / str(use["namespace"]) / str(use["name"])
 
-    def copy(self, use: dict[str, Any], into: Path, mode: int) -> None:
+    def copy(self, use: SecretUseSpec, into: Path, mode: int) -> None:
         """Copy the secret's keys into ``into``; ``secret-unavailable`` if one is missing."""
         into.mkdir(parents=True, exist_ok=True, mode=0o700)
         for key in use["keys"]:
@@ -45,7 +58,7 @@ class SecretSource:
             os.chmod(into / key, mode)
             self.masker.add_file((into / key).read_text(errors="replace"))
 
-    def value(self, use: dict[str, Any], key: str) -> str:
+    def value(self, use: SecretUseSpec, key: str) -> str:
         """One key's value, for an env projection of the backend only."""
         try:
             value = (self.folder(use) / key).read_text().strip()
@@ -55,14 +68,14 @@ class SecretSource:
         self.masker.add(value)
         return value
 
-    def register(self, use: dict[str, Any]) -> None:
+    def register(self, use: SecretUseSpec) -> None:
         """Register the keys of a secret the runner does not copy (the repository credential)."""
         for key in use["keys"]:
             with contextlib.suppress(OSError):
                 self.masker.add_file((self.folder(use) / key).read_text(errors="replace"))
 
 
-def project_profile(secrets: list[dict[str, Any]], source: SecretSource,
+def project_profile(secrets: list[SecretUseSpec], source: SecretSource,
                     layout: Layout) -> None:
     """Copy the current profile's secret into the writable backend home."""
     layout.backend_home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -71,7 +84,7 @@ def project_profile(secrets: list[dict[str, Any]], source: SecretSource,
             source.copy(use, layout.backend_home, 0o600)
 
 
-def project_tools(secrets: list[dict[str, Any]], source: SecretSource,
+def project_tools(secrets: list[SecretUseSpec], source: SecretSource,
                   layout: Layout) -> dict[str, str]:
     """Mount volume credentials read-only; return the env credentials for the backend."""
     env: dict[str, str] = {}
@@ -87,7 +100,7 @@ def project_tools(secrets: list[dict[str, Any]], source: SecretSource,
     return env
 
 
-def repository_credential(secrets: list[dict[str, Any]], source: SecretSource) -> Path | None:
+def repository_credential(secrets: list[SecretUseSpec], source: SecretSource) -> Path | None:
     """The repository credential's directory, used by git's askpass only."""
     use = next((s for s in secrets if s["role"] == "repository"), None)
     if use is None:

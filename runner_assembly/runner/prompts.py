@@ -21,14 +21,16 @@ from runner_assembly.runner.git import inside
 class Prompts:
     """The prompt entries of the assembly event and the text to inject."""
 
-    entries: list[dict[str, Any]]
+    entries: list[dict[str, object]]
     injected_text: str
 
 
 def read_prompts(refs: list[dict[str, Any]], checkout: Path, *, new_thread: bool,
                  max_bytes: int, max_total: int) -> Prompts:
     """Read every prompt reference against the checked-out bundle."""
-    entries, texts, total = [], [], 0
+    entries: list[dict[str, object]] = []
+    texts: list[str] = []
+    total = 0
     for ref in refs:
         required = bool(ref.get("required", False))
         path = inside(checkout, ref["path"])

@@ -10,7 +10,6 @@ import hashlib
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from runner_assembly.runner.layout import Layout
 
@@ -22,7 +21,7 @@ def link_volume(layout: Layout, volume_dir: Path) -> None:
         layout.session_dir.symlink_to(volume_dir, target_is_directory=True)
 
 
-def summarize(root: Path, volume: dict[str, Any]) -> dict[str, Any]:
+def summarize(root: Path, volume: dict[str, object]) -> dict[str, object]:
     """Size, file count and a hash over the sorted relative paths and contents of a volume."""
     digest = hashlib.sha256()
     size = count = 0
