@@ -19,12 +19,10 @@ class AttemptController(Controller):
     tags = ("queue",)
 
     @post("/dispatch", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def dispatch(self, request: HttpRequest, queue_api: QueueDep,
-                       task_id: TaskId,
+    async def dispatch(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
-        body = await read_body(request, wire.DispatchBody, empty_ok=True,
-                               gate=model.gate)
+        body = await read_body(request, wire.DispatchBody, empty_ok=True, gate=model.gate)
         return await queue_api.dispatch(task_id, body, dry_run)
 
     @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
@@ -40,8 +38,7 @@ class AttemptController(Controller):
         return await queue_api.attempts(task_id, cursor, limit)
 
     @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def retry(self, request: HttpRequest, queue_api: QueueDep,
-                    task_id: TaskId,
+    async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                     dry_run: DryRunFlag = False) -> wire.Attempt | wire.DryRun:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6)."""
         body = await read_body(request, wire.RetryBody)

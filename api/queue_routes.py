@@ -53,8 +53,7 @@ class QueueController(Controller):
 
     @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK,
           responses=WRITE_ERRORS)
-    async def cancel(self, request: HttpRequest, queue_api: QueueDep,
-                     task_id: TaskId,
+    async def cancel(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
         body = await read_body(request, wire.CancelBody, empty_ok=True)
@@ -62,8 +61,7 @@ class QueueController(Controller):
         return await queue_api.cancel(task_id, reason, dry_run)
 
     @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def read(self, request: HttpRequest, queue_api: QueueDep,
-                   task_id: TaskId,
+    async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
         body = await read_body(request, wire.ReadBody)

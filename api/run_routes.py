@@ -31,10 +31,8 @@ class RunnerJobController(Controller):
         return await queue_api.runner_job(run_id)
 
     @post("/", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def create(self, request: HttpRequest, queue_api: QueueDep,
-                     run_id: RunId,
+    async def create(self, request: HttpRequest, queue_api: QueueDep, run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""
-        body = await read_body(request, wire.RunnerJobBody, empty_ok=True,
-                               gate=model.gate)
+        body = await read_body(request, wire.RunnerJobBody, empty_ok=True, gate=model.gate)
         return await queue_api.create_runner_job(run_id, body, dry_run)

@@ -76,16 +76,14 @@ class SessionController(Controller):
         return await session_api.lines(session_id, "trace", after_seq, limit)
 
     @post("/{session_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def read(self, request: HttpRequest, session_api: SessionDep,
-                   session_id: SessionId,
+    async def read(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
         body = await read_body(request, sw.SessionReadBody, empty_ok=True)
         return await session_api.read(session_id, body.reader_id, dry_run)
 
     @post("/{session_id:str}/control", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
-    async def control(self, request: HttpRequest, session_api: SessionDep,
-                      session_id: SessionId,
+    async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
         body = await read_body(request, sw.ControlBody)
@@ -114,8 +112,7 @@ class RunCommandController(Controller):
     tags = ("runs", "sessions")
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
-    async def add(self, request: HttpRequest, session_api: SessionDep,
-                  run_id: RunId,
+    async def add(self, request: HttpRequest, session_api: SessionDep, run_id: RunId,
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's
         thread. An evicted session answers ``session-store-evicted`` and creates nothing."""

@@ -46,6 +46,18 @@ def tool(tool_name: str, purpose: str, keys: list[str], projection: dict[str, An
         "projection": projection}]}}
 
 
+def env_policy(tool_name: str, purpose: str, keys: list[str], env_name: str) -> Any:
+    """Contract fields with one tool credential projected as the env variable ``env_name``."""
+    return {"executionPolicy": tool(tool_name, purpose, keys,
+                                    {"kind": "env", "envName": env_name})}
+
+
+def volume_policy(tool_name: str, purpose: str, keys: list[str], mount_path: str) -> Any:
+    """Contract fields with one tool credential projected as a volume at ``mount_path``."""
+    return {"executionPolicy": tool(tool_name, purpose, keys,
+                                    {"kind": "volume", "mountPath": mount_path})}
+
+
 GOOD_POLICIES = [
     tool("git-host", "pull-request", ["GIT_HOST_TOKEN"],
          {"kind": "env", "envName": "GIT_HOST_TOKEN"}),
@@ -95,23 +107,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("inject on resume", prompt_ref("p.md", inject="every-turn"), "invalid-request"),
     ("skill with a manifest", bundled(requiredSkills=[{"name": "s", "manifest": "inline"}]),
      "invalid-request"),
-    ("volume outside /home/svc", {"executionPolicy": tool(
-        "git-host", "pull-request", ["k"], {"kind": "volume", "mountPath": "/etc/x"})},
-     "schema-invalid"),
-    ("volume with ..", {"executionPolicy": tool(
-        "git-host", "pull-request", ["k"],
-        {"kind": "volume", "mountPath": "/home/svc/../root"})}, "schema-invalid"),
-    ("git-host env name", {"executionPolicy": tool(
-        "git-host", "pull-request", ["GIT_HOST_TOKEN"],
-        {"kind": "env", "envName": "GITHUB_TOKEN"})}, "schema-invalid"),
-    ("ext-ssh with other keys", {"executionPolicy": tool(
-        "ext-ssh", "ssh-passthrough", ["PROVIDER_TOKEN"],
-        {"kind": "env", "envName": "EXT_SSH_CLIENT_TOKEN"})}, "schema-invalid"),
-    ("code-host ssh elsewhere", {"executionPolicy": tool(
-        "git-host", "git-host-ssh", ["id_ed25519", "known_hosts", "config"],
-        {"kind": "volume", "mountPath": "/home/svc/keys"})}, "schema-invalid"),
-    ("unknown tool", {"executionPolicy": tool(
-        "artifact-registry", "push", ["k"], {"kind": "env", "envName": "K"})},
+    ("unknown tool", env_policy("artifact-registry", "push", ["k"], "K"),
      "invalid-request"),
     ("unknown projection kind", {"executionPolicy": tool(
         "git-host", "pull-request", ["k"], {"kind": "file", "path": "/x"})},
@@ -123,6 +119,25 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("workbench field at top of workspaceRef", {"workspaceRef": {"ticket": "X-1"}},
      "invalid-request"),
 ]
+SSH_FILES = ["id_ed25519", "known_hosts", "config"]
+TOOL_REFUSALS = [  # case: tool, purpose, secret keys, projected as env NAME or volume at /path
+    ("volume outside /home/svc", "git-host", "pull-request", ["k"], "/etc/x"),
+    ("volume with ..", "git-host", "pull-request", ["k"], "/home/svc/../root"),
+    ("git-host env name", "git-host", "pull-request", ["GIT_HOST_TOKEN"], "GITHUB_TOKEN"),
+    ("ext-ssh with other keys", "ext-ssh", "ssh-passthrough", ["PROVIDER_TOKEN"],
+     "EXT_SSH_CLIENT_TOKEN"),
+    ("code-host ssh elsewhere", "git-host", "git-host-ssh", SSH_FILES, "/home/svc/keys"),
+    ("tool credential env PATH", "git-host", "pull-request", ["GIT_HOST_TOKEN"], "PATH"),
+    ("purpose anything", "git-host", "anything", ["GIT_HOST_TOKEN"], "GIT_HOST_TOKEN"),
+    ("ext-ssh as a volume", "ext-ssh", "ssh-passthrough", ["id_rsa"], "/home/svc/.ssh"),
+    ("ext-ssh env elsewhere", "ext-ssh", "ssh-passthrough", ["EXT_SSH_CLIENT_TOKEN"], "PATH"),
+    ("ssh key outside .ssh", "git-host", "pull-request", ["id_rsa"], "/home/svc/keys"),
+    ("code-host ssh with other keys", "git-host", "git-host-ssh",
+     ["id_rsa", "known_hosts", "config"], "/home/svc/.ssh"),
+]
+REFUSED += [(case, (volume_policy if where.startswith("/") else env_policy)(
+    tool_name, purpose, keys, where), "schema-invalid")
+    for case, tool_name, purpose, keys, where in TOOL_REFUSALS]
 
 
 @pytest.mark.parametrize(("case", "fields", "code"), REFUSED, ids=[c for c, _, _ in REFUSED])

@@ -12,7 +12,7 @@ from cli import render
 from ledger.redaction import holds_credential
 from runner_assembly.assembly import model
 from tests.support import snapshot, task_body
-from tests.test_assembly_model import REFUSED, bundle, tool
+from tests.test_assembly_model import REFUSED, bundle
 
 TASKS = "/api/v1/queue/tasks"
 SESSIONS = "/api/v1/sessions"
@@ -25,24 +25,6 @@ ASSEMBLY_INPUTS: list[tuple[str, dict[str, Any], str]] = [
     *[(f"old input {old} in bundles[]", {"resourceBundleRef": bundle(bundles=[
         {"subpath": "a", "target_path": "a", old: []}])}, "schema-invalid")
       for old in model.OLD_BUNDLE_INPUTS],
-    ("tool credential env PATH", {"executionPolicy": tool(
-        "git-host", "pull-request", ["GIT_HOST_TOKEN"], {"kind": "env", "envName": "PATH"})},
-     "schema-invalid"),
-    ("purpose anything", {"executionPolicy": tool(
-        "git-host", "anything", ["GIT_HOST_TOKEN"],
-        {"kind": "env", "envName": "GIT_HOST_TOKEN"})}, "schema-invalid"),
-    ("ext-ssh as a volume", {"executionPolicy": tool(
-        "ext-ssh", "ssh-passthrough", ["id_rsa"],
-        {"kind": "volume", "mountPath": "/home/svc/.ssh"})}, "schema-invalid"),
-    ("ext-ssh env elsewhere", {"executionPolicy": tool(
-        "ext-ssh", "ssh-passthrough", ["EXT_SSH_CLIENT_TOKEN"],
-        {"kind": "env", "envName": "PATH"})}, "schema-invalid"),
-    ("ssh key outside .ssh", {"executionPolicy": tool(
-        "git-host", "pull-request", ["id_rsa"],
-        {"kind": "volume", "mountPath": "/home/svc/keys"})}, "schema-invalid"),
-    ("code-host ssh with other keys", {"executionPolicy": tool(
-        "git-host", "git-host-ssh", ["id_rsa", "known_hosts", "config"],
-        {"kind": "volume", "mountPath": "/home/svc/.ssh"})}, "schema-invalid"),
     ("repo URL with a user", {"workspaceRef": {"repoUrl": "https://user@git.example.org/x"}},
      "schema-invalid"),
     ("repo URL with user:password", {"workspaceRef": {
