@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
+from litestar.datastructures import State
 
 from ledger.errors import DomainError, InvalidRequest
 from ledger.redaction import holds_credential
@@ -16,7 +17,7 @@ T = TypeVar("T")
 MAX_DEPTH = 32
 THREAD_BODY_BYTES = 16 * 1024
 """Bodies larger than this are decoded and scanned in a worker thread, off the event loop."""
-Gate = Callable[[Any], None]
+Gate = Callable[[object], None]
 RUNTIME_KEY_PATHS = frozenset({"$.transientEnv.LAB_API_KEY"})
 """The one place a key may be sent (SPEC 5.2 rule 8): the owner-scoped runtime key reaches
 the job through its per-job secret and is never stored, so its shape is not refused."""
@@ -73,8 +74,8 @@ def convert(value: Any, kind: type[T]) -> T:
         raise InvalidRequest(f"invalid body: {error}") from None
 
 
-async def read_body(request: Request[Any, Any, Any], kind: type[T], *, empty_ok: bool = False,
-                    gate: Gate | None = None) -> T:
+async def read_body(request: Request[object, object, State], kind: type[T], *,
+                    empty_ok: bool = False, gate: Gate | None = None) -> T:
     """Read and strictly decode the request body (every JSON body of the API passes here);
     a large one is decoded and scanned in a worker thread."""
     raw = await request.body()
@@ -83,7 +84,7 @@ async def read_body(request: Request[Any, Any, Any], kind: type[T], *, empty_ok:
     return decode(raw, kind, empty_ok=empty_ok, gate=gate)
 
 
-def check_strings(value: Any, depth: int = 0, path: str = "$") -> None:
+def check_strings(value: object, depth: int = 0, path: str = "$") -> None:
     """Refuse NUL characters anywhere (Postgres text cannot hold them), deep nesting, and
     any string holding a high-confidence credential (``credential-in-request``, naming the
     JSON path, never the value)."""
