@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import ResponseHeader
+from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import wire
@@ -25,6 +27,11 @@ from api.params import (
 from ledger.redaction import redact_text
 from runner_assembly.assembly import model as assembly
 
+IdempotencyKey = Annotated[str | None, HeaderParameter(
+    name="Idempotency-Key", min_length=1, max_length=128, pattern=wire.IDENTIFIER_PATTERN,
+    description="Per tenant: the same key and body answer the original task (200, header "
+                "Idempotent-Replayed: true); another body is 409 idempotency-conflict.")]
+
 
 def submit_body(raw: Any) -> wire.SubmitBody:
     """Decode and check a submitted contract (old input names refused, assembly checked)."""
@@ -40,12 +47,18 @@ class QueueController(Controller):
     path = "/api/v1/queue"
     tags = ("queue",)
 
-    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
+    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          response_headers=[ResponseHeader(
+              name="Idempotent-Replayed", documentation_only=True, required=False,
+              description="`true` when the answer is the task an earlier submit with the "
+                          "same Idempotency-Key stored (status 200).")])
     async def submit(self, request: Request[Any, Any, Any], queue_api: QueueDep,
-                     dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
+                     dry_run: DryRunFlag = False,
+                     idempotency_key: IdempotencyKey = None
+                     ) -> Response[wire.TaskDetail | wire.DryRun]:
         """Submit a task: validates the contract and stores it; never schedules."""
         body = submit_body(await read_body(request, Any))
-        return await queue_api.submit(body, dry_run)
+        return await queue_api.submit(body, dry_run, idempotency_key)
 
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(
