@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
-from litestar.datastructures import ResponseHeader
 from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
@@ -47,16 +46,16 @@ class QueueController(Controller):
     path = "/api/v1/queue"
     tags = ("queue",)
 
-    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
-          response_headers=[ResponseHeader(
-              name="Idempotent-Replayed", documentation_only=True, required=False,
-              description="`true` when the answer is the task an earlier submit with the "
-                          "same Idempotency-Key stored (status 200).")])
+    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
     async def submit(self, request: Request[Any, Any, Any], queue_api: QueueDep,
                      dry_run: DryRunFlag = False,
                      idempotency_key: IdempotencyKey = None
                      ) -> Response[wire.TaskDetail | wire.DryRun]:
-        """Submit a task: validates the contract and stores it; never schedules."""
+        """Submit a task: validates the contract and stores it; never schedules.
+
+        With an ``Idempotency-Key`` already used (per tenant) with the same body, the answer
+        is the original task: 200 with header ``Idempotent-Replayed: true``.
+        """
         body = submit_body(await read_body(request, Any))
         return await queue_api.submit(body, dry_run, idempotency_key)
 
