@@ -245,3 +245,117 @@ async def _run(server: Any, owner: str, tmp_path: Path,
     assert None not in recoveries, "the pool did not reconnect after a restart"
     assert after.status_code == 201
     assert report.ok, report
+
+
+class CommitCutter:
+    """A Unix-socket proxy in front of Postgres. Armed, it lets one ``COMMIT`` through, waits
+    for Postgres to confirm it, drops that confirmation and cuts the client's connection: the
+    transaction is committed and the client cannot know."""
+
+    def __init__(self, target: str, directory: Path) -> None:
+        self.target = target
+        self.socket = directory / ".s.PGSQL.5432"
+        self.armed = False
+        self.cuts = 0
+
+    def __enter__(self) -> CommitCutter:
+        """Serve from a thread of its own: the test client blocks its caller's loop."""
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            server = self.loop.run_until_complete(
+                asyncio.start_unix_server(self._serve, path=str(self.socket)))
+            ready.set()
+            self.loop.run_forever()
+            server.close()
+            self.loop.run_until_complete(server.wait_closed())
+            self.loop.close()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    async def _serve(self, client_in: asyncio.StreamReader,
+                     client_out: asyncio.StreamWriter) -> None:
+        server_in, server_out = await asyncio.open_unix_connection(self.target)
+        confirmed = asyncio.Event()
+        cutting = False
+
+        async def downstream() -> None:
+            while data := await server_in.read(65536):
+                if cutting:
+                    confirmed.set()  # Postgres answered the COMMIT: it is durable
+                    return
+                client_out.write(data)
+                await client_out.drain()
+
+        async def upstream() -> None:
+            nonlocal cutting
+            while data := await client_in.read(65536):
+                if self.armed and data[:1] == b"Q" and b"COMMIT" in data:
+                    self.armed, cutting = False, True
+                    self.cuts += 1
+                server_out.write(data)
+                await server_out.drain()
+                if cutting:
+                    await asyncio.wait_for(confirmed.wait(), 10)
+                    return
+
+        pumps = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+        try:  # either side ending ends the connection (asyncpg waits for the server's close)
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            if cutting:
+                await asyncio.wait(pumps, timeout=10)
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            for writer in (client_out, server_out):
+                writer.close()
+
+
+async def test_a_commit_cut_off_answers_commit_unknown_and_the_key_finds_the_task(
+    database_url: str, runner_settings: Any
+) -> None:
+    """The connection drops after COMMIT reached Postgres: the answer is 503 commit-unknown
+    (never "nothing was changed"), and the retry under the same key answers the stored task,
+    without a twin."""
+    from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+    from litestar.testing import AsyncTestClient
+
+    from api.app import create_app
+    from ledger.database import APP_LOGIN, with_user
+
+    parts = urlsplit(database_url)
+    host = parse_qs(parts.query).get("host", [""])[0]
+    if not host.startswith("/"):
+        pytest.skip("the cutting proxy speaks to a Postgres on a Unix socket")
+    directory = Path(tempfile.mkdtemp(prefix="svc-cut-"))
+    url = with_user(urlunsplit(parts._replace(query=f"host={directory}")), APP_LOGIN)
+    try:
+        with CommitCutter(f"{host}/.s.PGSQL.{parts.port or 5432}", directory) as cutter:
+            async with AsyncTestClient(create_app(url, settings=runner_settings)) as client:
+                key = {"Idempotency-Key": "cut-at-commit"}
+                cutter.armed = True
+                cut = await client.post(TASKS, json=task_body(), headers=key)
+                assert cutter.cuts == 1
+                assert cut.status_code == 503, cut.text
+                error = cut.json()["error"]
+                assert error["code"] == "commit-unknown"
+                assert NOTHING_CHANGED not in error["message"]
+                again = await client.post(TASKS, json=task_body(), headers=key)
+                assert again.status_code == 200, again.text
+                assert again.headers["idempotent-replayed"] == "true"
+                listed = (await client.get(TASKS)).json()["items"]
+                assert [t["taskId"] for t in listed] == [again.json()["taskId"]]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
