@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Controller, Response, get, post
+from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import wire
@@ -23,6 +26,11 @@ from api.params import (
 )
 from runner_assembly.assembly import model as assembly
 
+IdempotencyKey = Annotated[str | None, HeaderParameter(
+    name="Idempotency-Key", min_length=1, max_length=128, pattern=wire.IDENTIFIER_PATTERN,
+    description="Per tenant: the same key and body answer the original task (200, header "
+                "Idempotent-Replayed: true); another body is 409 idempotency-conflict.")]
+
 
 class QueueController(Controller):
     """Tasks, stats and the commander view."""
@@ -32,10 +40,16 @@ class QueueController(Controller):
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
     async def submit(self, request: HttpRequest, queue_api: QueueDep,
-                     dry_run: DryRunFlag = False) -> Response[wire.TaskDetail | wire.DryRun]:
-        """Submit a task: validates the contract and stores it; never schedules."""
+                     dry_run: DryRunFlag = False,
+                     idempotency_key: IdempotencyKey = None
+                     ) -> Response[wire.TaskDetail | wire.DryRun]:
+        """Submit a task: validates the contract and stores it; never schedules.
+
+        With an ``Idempotency-Key`` already used (per tenant) with the same body, the answer
+        is the original task: 200 with header ``Idempotent-Replayed: true``.
+        """
         body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
-        return await queue_api.submit(body, dry_run)
+        return await queue_api.submit(body, dry_run, idempotency_key)
 
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(

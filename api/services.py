@@ -27,6 +27,7 @@ from runner_assembly.orchestration.session_service import NewCommand, NewSession
 from runner_assembly.settings import RunnerSettings
 
 DEFAULT_READER = "default"
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def dry_run(preview: Preview) -> wire.DryRun:
@@ -49,6 +50,11 @@ def counted(counter: Counter, dry_run: bool) -> Iterator[Callable[[str], None]]:
         raise
 
 
+def _replayed(replayed: bool) -> dict[str, str]:
+    """The header that marks the answer of an idempotent replay (DESIGN 10)."""
+    return {REPLAYED_HEADER: "true"} if replayed else {}
+
+
 class QueueApi:
     """Tasks, attempts and runner jobs, as the queue and runs routes answer them."""
 
@@ -68,15 +74,19 @@ class QueueApi:
         row, contract = found
         return views.task_detail(row, contract, self.settings.timeout_budgets, work_ready)
 
-    async def submit(self, body: wire.SubmitBody,
-                     dry: bool) -> Response[wire.TaskDetail | wire.DryRun]:
-        """Store a validated task (201), or answer its dry run (200)."""
-        command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR)
-        preview = await self.queue.submit(command, dry)
-        if preview is not None:
-            return Response(dry_run(preview), status_code=HTTP_200_OK)
+    async def submit(self, body: wire.SubmitBody, dry: bool, idempotency_key: str | None = None
+                     ) -> Response[wire.TaskDetail | wire.DryRun]:
+        """Store a validated task (201), or answer its dry run (200). Under an idempotency
+        key already used with the same body: the original task (200, ``Idempotent-Replayed``)."""
+        command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR,
+                                        idempotency_key=idempotency_key)
+        result = await self.queue.submit(command, dry)
+        if isinstance(result, Preview):
+            return Response(dry_run(result), status_code=HTTP_200_OK,
+                            headers=_replayed(bool(result.extra["idempotentReplay"])))
         return Response(await self.task_detail(command.task_id),
-                        status_code=HTTP_201_CREATED)
+                        status_code=HTTP_200_OK if result else HTTP_201_CREATED,
+                        headers=_replayed(result))
 
     async def cancel(self, task_id: str, reason: str | None,
                      dry: bool) -> wire.TaskDetail | wire.DryRun:
@@ -154,12 +164,12 @@ class QueueApi:
             attempt_id = await self.queue.retry(task_id, body.idempotency_key, body.reason,
                                                 False)
             assert isinstance(attempt_id, str)
-            attempt = await self._attempt(attempt_id)
+            attempt = await self._attempt(task_id, attempt_id)
             outcome_of(attempt.state)
             return attempt
 
-    async def _attempt(self, attempt_id: str) -> wire.Attempt:
-        row = await queries.get_attempt(self.pool, attempt_id)
+    async def _attempt(self, task_id: str, attempt_id: str) -> wire.Attempt:
+        row = await queries.get_attempt(self.pool, task_id, attempt_id)
         if row is None:
             raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
         found = await queries.get_task(self.pool, row.task_id)

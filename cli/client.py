@@ -36,6 +36,13 @@ class ApiResponse:
         """True for a 2xx answer."""
         return 200 <= self.status < 300
 
+    @property
+    def error_code(self) -> str | None:
+        """The envelope's ``error.code`` of a refusal, if any."""
+        error = self.data.get("error") if isinstance(self.data, dict) else None
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if isinstance(code, str) else None
+
     def decoded(self, kind: type[T]) -> T:
         """The answer decoded into a wire type."""
         return decoder_for(kind).decode(self.text)
@@ -57,11 +64,12 @@ class ApiUnreachable(Exception):
 
 
 def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param] | None = None,
-         body: bytes | None = None) -> ApiResponse:
+         body: bytes | None = None, headers: dict[str, str] | None = None) -> ApiResponse:
     """Send one request to the API; ``params`` with None values are left out."""
     query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
     url = base_url(options.api) + path
-    headers = {"content-type": "application/json"} if body is not None else {}
+    headers = {**({"content-type": "application/json"} if body is not None else {}),
+               **(headers or {})}
     try:
         response = httpx.request(method, url, params=query, content=body, headers=headers,
                                  timeout=30.0)

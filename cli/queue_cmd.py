@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -70,6 +71,9 @@ def submit(
     *,
     json_stdin: Annotated[bool, Parameter(help="Read the task JSON from standard input.")] = False,
     json_file: Annotated[Path | None, Parameter(help="Read the task JSON from a file.")] = None,
+    idempotency_key: Annotated[str | None, Parameter(
+        help="Idempotency-Key of the submit (default: a fresh one). Submitting again with "
+             "the same key and body answers the original task.")] = None,
     dry_run: DryRun = False, api: ApiOptions | None = None,
     output: render.OutputOptions | None = None,
 ) -> int:
@@ -84,10 +88,24 @@ def submit(
     body = read_json_input(json_stdin, json_file)
     if body is None:
         return EXIT_USAGE
-    return respond(lambda: call(api or ApiOptions(), "POST", "/api/v1/queue/tasks",
-                                params={"dryRun": dry_run or None}, body=body),
+    key = idempotency_key or f"cli-{uuid.uuid4().hex}"
+    return respond(lambda: submit_once_more_if_unknown(api or ApiOptions(), body, key, dry_run),
                    output or render.OutputOptions(),
                    wire.TaskDetail, render.task_summary)
+
+
+def submit_once_more_if_unknown(api: ApiOptions, body: bytes, key: str,
+                                dry_run: bool) -> ApiResponse:
+    """Submit under ``key``; when the commit's outcome is unknown (503 ``commit-unknown``),
+    send it once more with the same key: it stores the task or answers the stored one."""
+    def send() -> ApiResponse:
+        return call(api, "POST", "/api/v1/queue/tasks", params={"dryRun": dry_run or None},
+                    body=body, headers={"Idempotency-Key": key})
+
+    response = send()
+    if response.error_code == "commit-unknown":
+        response = send()
+    return response
 
 
 @queue_app.command(name="list")

@@ -53,7 +53,7 @@ class TaskNotRetryable(DomainError):
 
 
 class IdempotencyConflict(DomainError):
-    """This idempotency key was already used on the task with a different reason."""
+    """This idempotency key was already used with a different reason (retry) or body (submit)."""
 
     code = "idempotency-conflict"
 

@@ -33,6 +33,8 @@ class NewTask(TaskPlace, frozen=True):
     contract: dict[str, Any]
     payload_hash: str
     creator: str
+    idempotency_key: str | None = None
+    """The submitter's ``Idempotency-Key`` (DESIGN 10); the task id derives from it."""
 
 
 class TaskSubmitted(NewTask, frozen=True, tag="task-submitted", tag_field="type"):

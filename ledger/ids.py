@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -21,3 +22,9 @@ def new_id(prefix: str) -> str:
     millis = time.time_ns() // 1_000_000
     body = (millis << 80) | int.from_bytes(os.urandom(10), "big")
     return f"{prefix}_{_encode(body, 26).lower()}"
+
+
+def keyed_id(prefix: str, *parts: str) -> str:
+    """An id derived from ``parts`` (the same parts, the same id): 130 bits of their sha256."""
+    digest = hashlib.sha256("\x00".join(parts).encode()).digest()
+    return f"{prefix}_{_encode(int.from_bytes(digest[:17], 'big') >> 6, 26).lower()}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from ledger.ids import new_id
+from ledger.ids import keyed_id, new_id
 from ledger.task import SubmitTask
 
 DEFAULT_LANE = "default"
@@ -25,7 +25,8 @@ def split_queue(queue: str) -> tuple[str, str]:
     return name, lane or DEFAULT_LANE
 
 
-def submit_command(contract: dict[str, Any], *, actor: str) -> SubmitTask:
+def submit_command(contract: dict[str, Any], *, actor: str,
+                   idempotency_key: str | None = None) -> SubmitTask:
     """A submit command for a contract already validated against the wire schema.
 
     The contract is stored as sent (None fields dropped), never rewritten: a body holding a
@@ -35,7 +36,10 @@ def submit_command(contract: dict[str, Any], *, actor: str) -> SubmitTask:
     stored = {key: value for key, value in contract.items() if value is not None}
     queue, lane = split_queue(stored["queue"])
     return SubmitTask(
-        task_id=new_id("tsk"),
+        # Under an idempotency key the id derives from (tenant, key): a second submit under
+        # the key addresses the same stream, so the ledger's unique version forbids a twin.
+        task_id=keyed_id("tsk", contract["tenantId"], idempotency_key) if idempotency_key
+        else new_id("tsk"),
         tenant_id=stored["tenantId"],
         project_id=stored["projectId"],
         queue=queue,
@@ -46,4 +50,5 @@ def submit_command(contract: dict[str, Any], *, actor: str) -> SubmitTask:
         contract=stored,
         payload_hash=payload_hash(stored),
         creator=actor,
+        idempotency_key=idempotency_key,
     )

@@ -45,8 +45,9 @@ class PendingEvent:
 
 OUTAGE_ERRORS = (OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                  asyncpg.exceptions.OperatorInterventionError,
-                 asyncpg.exceptions.InsufficientResourcesError)
-"""Errors that mean the database cannot be reached or is going away, not a refused query."""
+                 asyncpg.exceptions.InsufficientResourcesError, asyncpg.InternalClientError)
+"""Errors that mean the database cannot be reached or is going away, not a refused query
+(``InternalClientError``: a connection the server cut in the middle of an operation)."""
 
 
 def is_outage(error: BaseException) -> bool:

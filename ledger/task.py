@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import msgspec
 
@@ -33,8 +33,11 @@ OUTCOMES = frozenset({AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStat
 class SubmitTask(NewTask, frozen=True):
     """Create a task from a validated, redacted contract."""
 
-    creates_stream: ClassVar[bool] = True
-    """The task id is new: there is no stream to load (a clash fails on the unique key)."""
+    @property
+    def creates_stream(self) -> bool:
+        """A fresh task id has no stream to load (a clash fails on the unique key); a task id
+        derived from an idempotency key may name a task submitted before."""
+        return self.idempotency_key is None
 
     @property
     def stream_id(self) -> str:
@@ -136,6 +139,10 @@ class TaskState(msgspec.Struct, frozen=True):
     version: int
     cursors: dict[str, int] = {}
     attempts: tuple[AttemptState, ...] = ()
+    idempotency_key: str | None = None
+    """The key the task was submitted under, if any."""
+    payload_hash: str = ""
+    """The hash of the submitted contract, compared when the key is used again."""
 
     def attempt(self, attempt_id: str) -> AttemptState | None:
         """The attempt with this id, if any."""
@@ -158,7 +165,7 @@ def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
     """Return the events a command produces on the task, or raise a ``DomainError``."""
     if isinstance(command, SubmitTask):
         if state is not None:
-            raise InvalidTransition("task already exists", taskId=command.task_id)
+            return _submit_again(state, command)
         return [TaskSubmitted(**msgspec.structs.asdict(command))]
     if state is None:
         raise NotFound(f"task {command.task_id} not found", taskId=command.task_id)
@@ -177,6 +184,18 @@ def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
     if isinstance(command, RetryTask):
         return _retry(state, command)
     return _progress(state, command)
+
+
+def _submit_again(state: TaskState, command: SubmitTask) -> list[TaskEvent]:
+    """A submit naming an existing task: with its idempotency key and the same contract it is
+    the original task (nothing new); with another contract a conflict (DESIGN 10)."""
+    key = command.idempotency_key
+    if key is None or state.idempotency_key != key:
+        raise InvalidTransition("task already exists", taskId=command.task_id)
+    if state.payload_hash != command.payload_hash:
+        raise IdempotencyConflict("idempotency key already used with a different body",
+                                  taskId=state.task_id)
+    return []
 
 
 def _reserve(state: TaskState, ids: AttemptIds, key: str | None,
@@ -308,7 +327,8 @@ def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
     """Fold one event into the decision state."""
     if isinstance(event, TaskSubmitted):
         return TaskState(task_id=event.task_id, state=task_state_after(TaskStatus.PENDING, event),
-                         version=1)
+                         version=1, idempotency_key=event.idempotency_key,
+                         payload_hash=event.payload_hash)
     assert state is not None, "event before task-submitted"
     if isinstance(event, TaskReadCursorAdvanced):
         return msgspec.structs.replace(state, cursors={**state.cursors,

@@ -92,20 +92,21 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
     return row
 
 
-def _attempt_key(entry: RecordedEntry, rows: Rows) -> str | None:
-    """The attempt an entry is about; a cancel is about the task's latest attempt."""
+def _attempt_key(entry: RecordedEntry, rows: Rows) -> tuple[str, str] | None:
+    """The (task, attempt) an entry is about; a cancel is about the task's latest attempt."""
     attempt_id = attempt_id_of(entry)
     if attempt_id is None and type(entry.event) is TaskCancelled:
         task = rows.of(TASKS).get(entry.stream_id)
         attempt = task.latest_attempt if task is not None else None
-        return attempt["attemptId"] if attempt else None
-    return attempt_id
+        attempt_id = attempt["attemptId"] if attempt else None
+    return None if attempt_id is None else (entry.stream_id, attempt_id)
 
 
 # The task-stream events that name an attempt, and the cancel that closes the latest one.
 _EVENTS = frozenset({TaskCancelled, *(kind for kind in get_args(TaskEvent)
                                       if "attempt_id" in kind.__struct_fields__)})
-ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("attempt_id",), origin=Fold(
+# An attempt id is unique within its task only (SPEC 2.2): a caller may name the same id twice.
+ATTEMPTS = Projection("attempt_summary", AttemptRow, key=("task_id", "attempt_id"), origin=Fold(
     TASK_STREAM, _attempt_key, evolve, events=_EVENTS,
     created_by=frozenset({AttemptReserved})))
 PROJECTIONS = (ATTEMPTS,)

@@ -112,14 +112,15 @@ async def task_facts(db: Queryable, task_id: str) -> TaskFactsRow | None:
     return _TASK_FACTS.maybe(await db.fetchrow(DISPATCH_SQL["task_facts"], task_id))
 
 
-async def attempt_identity(db: Queryable, attempt_id: str) -> AttemptIdentity | None:
-    """An attempt's ids, profile and state, or None."""
-    return _ATTEMPTS.maybe(await db.fetchrow(DISPATCH_SQL["attempt_row"], attempt_id))
+async def attempt_identity(db: Queryable, task_id: str,
+                           attempt_id: str) -> AttemptIdentity | None:
+    """A task's attempt: its ids, profile and state, or None."""
+    return _ATTEMPTS.maybe(await db.fetchrow(DISPATCH_SQL["attempt_row"], task_id, attempt_id))
 
 
-async def attempt_state(db: Queryable, attempt_id: str) -> AttemptStatus | None:
-    """An attempt's state, or None."""
-    state: str | None = await db.fetchval(DISPATCH_SQL["attempt_state"], attempt_id)
+async def attempt_state(db: Queryable, task_id: str, attempt_id: str) -> AttemptStatus | None:
+    """A task's attempt's state, or None."""
+    state: str | None = await db.fetchval(DISPATCH_SQL["attempt_state"], task_id, attempt_id)
     return None if state is None else AttemptStatus(state)
 
 

@@ -226,9 +226,9 @@ async def list_attempts(pool: Queryable, task_id: str, *, cursor: int,
     return AttemptPage(rows, next_cursor, records[0]["high_water"])
 
 
-async def get_attempt(pool: Queryable, attempt_id: str) -> AttemptRow | None:
-    """One attempt row."""
-    return _ATTEMPTS.maybe(await pool.fetchrow(SQL["get_attempt"], attempt_id))
+async def get_attempt(pool: Queryable, task_id: str, attempt_id: str) -> AttemptRow | None:
+    """One attempt row: an attempt id is unique within its task only."""
+    return _ATTEMPTS.maybe(await pool.fetchrow(SQL["get_attempt"], task_id, attempt_id))
 
 
 async def get_run(pool: Queryable, run_id: str) -> RunView | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.support import snapshot, task_body
+from tests.support import replay_report, snapshot, task_body
 
 TASKS = "/api/v1/queue/tasks"
 
@@ -177,3 +178,58 @@ async def test_secret_shaped_values_never_reach_the_ledger_or_responses(
     assert canary not in dump
     assert canary not in projected
     assert "git.example.org" in dump  # the rest of the value survives
+
+
+async def test_an_idempotency_key_answers_the_original_task(
+    client: Any, database_url: str
+) -> None:
+    """DESIGN 10: the same key and body → the original task (200, Idempotent-Replayed);
+    another body → 409 idempotency-conflict; keys are per tenant; the dry run honours them."""
+    key = {"Idempotency-Key": "submit-1"}
+    first = await client.post(TASKS, json=task_body(), headers=key)
+    assert first.status_code == 201, first.text
+    assert "idempotent-replayed" not in first.headers
+    task = first.json()
+    again = await client.post(TASKS, json=task_body(), headers=key)
+    assert again.status_code == 200, again.text
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json() == task
+    before = await snapshot(database_url)
+    dry = await client.post(f"{TASKS}?dryRun=true", json=task_body(), headers=key)
+    assert dry.status_code == 200 and dry.headers["idempotent-replayed"] == "true"
+    plan = dry.json()["plan"]
+    assert (plan["taskId"], plan["events"], plan["idempotentReplay"]) == \
+        (task["taskId"], [], True)
+    other = task_body(title="Another title")
+    for url in (TASKS, f"{TASKS}?dryRun=true"):
+        conflict = await client.post(url, json=other, headers=key)
+        assert conflict.status_code == 409, conflict.text
+        assert conflict.json()["error"]["code"] == "idempotency-conflict"
+    assert await snapshot(database_url) == before
+    elsewhere = await client.post(TASKS, json=task_body(tenantId="globex"), headers=key)
+    assert elsewhere.status_code == 201, "keys are per tenant"
+    assert elsewhere.json()["taskId"] != task["taskId"]
+    unkeyed = [await client.post(TASKS, json=task_body()) for _ in range(2)]
+    assert [r.status_code for r in unkeyed] == [201, 201], "without a key every submit is new"
+    listed = (await client.get(f"{TASKS}?limit=500")).json()["items"]
+    assert len(listed) == 4
+    assert (await replay_report(database_url)).ok
+
+
+@pytest.mark.parametrize("key", ["", "a b", "x" * 129, "a/b"])
+async def test_a_malformed_idempotency_key_is_refused(client: Any, key: str) -> None:
+    response = await client.post(TASKS, json=task_body(), headers={"Idempotency-Key": key})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid-request"
+
+
+async def test_concurrent_submits_under_one_key_make_one_task(
+    client: Any, database_url: str
+) -> None:
+    """Many submits racing under one key: one 201, the rest replay it; never a twin."""
+    key = {"Idempotency-Key": "race"}
+    answers = await asyncio.gather(*(client.post(TASKS, json=task_body(), headers=key)
+                                     for _ in range(12)))
+    assert sorted(r.status_code for r in answers) == [200] * 11 + [201]
+    assert len({r.json()["taskId"] for r in answers}) == 1
+    assert len((await client.get(TASKS)).json()["items"]) == 1

@@ -42,6 +42,7 @@ BLOCKED, COMPLETED, FAILED, RUNNING = (JobState.BLOCKED, JobState.COMPLETED, Job
 KEYS = st.sampled_from(["k1", "k2", "k3"])
 REASONS = st.sampled_from(["flaky", "fixed input"])
 OUTCOMES = st.sampled_from([COMPLETED, FAILED, BLOCKED])
+SHARED_ATTEMPT_ID = "att_shared"
 
 
 class ScriptedDriver:
@@ -131,12 +132,21 @@ class AttemptMachine(WriterMachine):
     def next_create_times_out(self) -> None:
         self.driver.timeout_next = True
 
-    @rule(task_id=tasks, named=st.booleans())
-    def dispatch(self, task_id: str, named: bool) -> None:
+    @rule(task_id=tasks, named=st.booleans(), shared=st.booleans())
+    def dispatch(self, task_id: str, named: bool, shared: bool = False) -> None:
+        """Dispatch, letting the dispatcher choose the attempt id or naming one; a shared
+        name is the same for every task (attempt identity is the pair with the task)."""
         task = self.model[task_id]
-        name = f"att_{task_id[-8:]}_{len(task['attempts'])}" if named else None
+        own = f"att_{task_id[-8:]}_{len(task['attempts'])}"
+        name = (SHARED_ATTEMPT_ID if shared else own) if named else None
         latest = task["attempts"][-1] if task["attempts"] else None
         timeout = self.driver.timeout_next
+        if name is not None and any(a["id"] == name for a in task["attempts"]):
+            _, attempt_id = self.run(self.dispatcher.dispatch(task_id, name, False))
+            assert attempt_id == name, "the same attemptId again is the original attempt"
+            if self.attempt(task, name)["state"] == "reserved":
+                self._materialized(task, name, timeout)
+            return
         try:
             _, attempt_id = self.run(self.dispatcher.dispatch(task_id, name, False))
         except InvalidTransition:
@@ -163,8 +173,8 @@ class AttemptMachine(WriterMachine):
         running = [a for a in self.model[task_id]["attempts"] if a["state"] == RUNNING]
         if running:
             row = self.run(self.pool.fetchrow(
-                "SELECT runner_job_id FROM attempt_summary WHERE attempt_id = $1",
-                running[-1]["id"]))
+                "SELECT runner_job_id FROM attempt_summary WHERE task_id = $1"
+                " AND attempt_id = $2", task_id, running[-1]["id"]))
             self.driver.jobs[row["runner_job_id"]] = outcome
             running[-1]["finished_as"] = outcome
 
@@ -265,7 +275,7 @@ class AttemptMachine(WriterMachine):
         if not getattr(self, "model", None):
             return
         rows = self.run(self.pool.fetch(
-            "SELECT task_id, attempt_id, retry_index, state, runner_job_id, failure_kind"
+            "SELECT task_id, attempt_id, retry_index, state, run_id, runner_job_id, failure_kind"
             " FROM attempt_summary WHERE task_id = ANY($1) ORDER BY task_id, retry_index",
             list(self.model)))
         by_task: dict[str, list[Any]] = {}
@@ -280,7 +290,8 @@ class AttemptMachine(WriterMachine):
             assert [r["retry_index"] for r in attempts] == list(range(len(attempts)))
             assert [(r["attempt_id"], r["state"]) for r in attempts] == [
                 (a["id"], a["state"]) for a in task["attempts"]]
-        assert len({r["attempt_id"] for r in rows}) == len(rows)
+        assert len({(r["task_id"], r["attempt_id"]) for r in rows}) == len(rows)
+        assert len({r["run_id"] for r in rows}) == len(rows)
         assert len({r["runner_job_id"] for r in rows}) == len(rows)
         assert all(n == 1 for n in self.driver.creations.values()), "a job was created twice"
 

@@ -339,3 +339,54 @@ async def test_queue_output_ends_with_the_next_session_commands(served_api: str)
     attempts = svc("queue", "attempts", task_id, api=served_api)
     assert "svc sessions output cli_s" in attempts.stdout
     assert "next: svc sessions ps" in svc("queue", "list", api=served_api).stdout
+
+
+async def test_submit_sends_an_idempotency_key(served_api: str) -> None:
+    """Each invocation has a fresh key (two submits, two tasks); ``--idempotency-key`` makes
+    a second submit answer the first task, and another body under it a conflict."""
+    assert submit(served_api) != submit(served_api)
+    body = json.dumps(task_body(title="Once"))
+    first, again = (svc("queue", "submit", "--json-stdin", "--raw", "--idempotency-key",
+                        "cli-key-1", api=served_api, stdin=body) for _ in range(2))
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert json.loads(first.stdout)["taskId"] == json.loads(again.stdout)["taskId"]
+    other = svc("queue", "submit", "--json-stdin", "--idempotency-key", "cli-key-1",
+                api=served_api, stdin=json.dumps(task_body(title="Twice")))
+    assert other.returncode == 1
+    assert other.stderr.startswith("error: idempotency-conflict:")
+
+
+def test_submit_retries_once_with_its_key_when_the_commit_is_unknown() -> None:
+    """A stand-in API answers 503 commit-unknown first: the CLI sends the same key again."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cli.client import ApiOptions
+    from cli.queue_cmd import submit_once_more_if_unknown
+
+    keys: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            keys.append(self.headers.get("idempotency-key"))
+            unknown = len(keys) == 1
+            answer = json.dumps({"error": {"code": "commit-unknown", "message": "m"}}
+                                if unknown else {"taskId": "tsk_x"}).encode()
+            self.send_response(503 if unknown else 201)
+            self.send_header("content-length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = ApiOptions(f"http://127.0.0.1:{server.server_address[1]}")
+        response = submit_once_more_if_unknown(api, b"{}", "k-1", False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (response.status, keys) == (201, ["k-1", "k-1"])

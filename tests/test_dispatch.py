@@ -305,3 +305,32 @@ async def test_the_supervisor_carries_the_queue_timeout_budget(
         other = await submit(client, queue="beta")
         shown = (await client.get(f"{TASKS}/{other}")).json()["supervisor"]
         assert shown["timeoutBudget"] is None
+
+
+async def test_one_attempt_id_named_by_two_tasks_makes_two_attempts(
+    client: Any, database_url: str
+) -> None:
+    """Attempt identity is (taskId, attemptId): a caller-chosen id shared by two tasks gives
+    each its own attempt, run and job, and neither sees the other's outcome (issue 14)."""
+    first = await submit(client, "exit: 3")
+    await dispatch(client, first, {"attemptId": "same-id"})
+    assert (await settle(client, first))["state"] == "failed"
+    second = await submit(client, "say hello")
+    task = await dispatch(client, second, {"attemptId": "same-id"})
+    attempt = task["latestAttempt"]
+    assert (task["state"], attempt["attemptId"], attempt["retryIndex"]) == \
+        ("running", "same-id", 0)
+    assert (await settle(client, second))["state"] == "completed"
+    shown = await client.get(f"{TASKS}/{first}")
+    assert shown.json()["state"] == "failed"
+    for task_id, state in ((first, "failed"), (second, "completed")):
+        listed = await client.get(f"{TASKS}/{task_id}/attempts")
+        assert [(a["attemptId"], a["state"]) for a in listed.json()["items"]] == \
+            [("same-id", state)]
+    assert await counts(database_url) == {"attempt_summary": 2, "run_record": 2,
+                                          "command_record": 2, "runner_job_record": 2}
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert (await replay(conn)).ok
+    finally:
+        await conn.close()

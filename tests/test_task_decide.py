@@ -209,3 +209,24 @@ def test_cancel_of_a_completed_or_cancelled_task_is_refused() -> None:
             decide(state, CancelTask(TASK))
     with pytest.raises(InvalidTransition):
         decide(cancelled, DispatchTask(TASK, ids(1)))
+
+
+def keyed_submit(key: str | None, payload_hash: str = "0" * 64) -> SubmitTask:
+    """A submit of task ``TASK`` under an idempotency key."""
+    return SubmitTask(
+        task_id=TASK, tenant_id="t", project_id="p", queue="q", lane="default", title="x",
+        priority=50, backend_profile=None, contract={}, payload_hash=payload_hash,
+        creator="test", idempotency_key=key)
+
+
+def test_a_keyed_submit_again_is_the_original_task_or_a_conflict() -> None:
+    state, events = apply(None, keyed_submit("k"))
+    assert len(events) == 1 and state.idempotency_key == "k"
+    assert not keyed_submit("k").creates_stream and keyed_submit(None).creates_stream
+    assert decide(state, keyed_submit("k")) == [], "same key, same body: nothing new"
+    with pytest.raises(IdempotencyConflict):
+        decide(state, keyed_submit("k", payload_hash="1" * 64))
+    with pytest.raises(InvalidTransition):
+        decide(state, keyed_submit(None))
+    with pytest.raises(InvalidTransition):  # an unkeyed task is never a key's original
+        decide(pending(), keyed_submit("k"))

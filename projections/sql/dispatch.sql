@@ -7,14 +7,15 @@ WHERE task_id = $1
 
 -- name: attempt_row
 SELECT run_id, command_id, runner_job_id, session_id, backend_profile, state
-FROM attempt_summary WHERE attempt_id = $1
+FROM attempt_summary WHERE task_id = $1 AND attempt_id = $2
 
 -- name: attempt_state
-SELECT state FROM attempt_summary WHERE attempt_id = $1
+SELECT state FROM attempt_summary WHERE task_id = $1 AND attempt_id = $2
 
 -- name: latest_attempt_of_task
 SELECT a.attempt_id, a.run_id, a.runner_job_id, a.state, a.session_id
-FROM task_summary t JOIN attempt_summary a ON a.attempt_id = t.latest_attempt->>'attemptId'
+FROM task_summary t
+JOIN attempt_summary a ON a.task_id = t.task_id AND a.attempt_id = t.latest_attempt->>'attemptId'
 WHERE t.task_id = $1
 
 -- name: ensure_capacity

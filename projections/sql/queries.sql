@@ -75,7 +75,7 @@ WHERE h.id = 1
 SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason, previous_attempt_id,
        run_id, command_id, runner_job_id, session_id, backend_profile, failure_kind,
        failure_message, exit_code, change_seq, created_at, started_at, finished_at, updated_at
-FROM attempt_summary WHERE attempt_id = $1
+FROM attempt_summary WHERE task_id = $1 AND attempt_id = $2
 
 -- name: get_run
 SELECT h.last_seq AS change_seq, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
@@ -84,7 +84,7 @@ SELECT h.last_seq AS change_seq, r.run_id, r.task_id, r.attempt_id, r.runner_job
        a.state AS attempt_state
 FROM ledger_head h
 JOIN run_record r ON r.run_id = $1
-LEFT JOIN attempt_summary a ON a.attempt_id = r.attempt_id
+LEFT JOIN attempt_summary a ON a.task_id = r.task_id AND a.attempt_id = r.attempt_id
 WHERE h.id = 1
 
 -- name: get_reserved_run

@@ -210,7 +210,7 @@ class Dispatcher:
             if isinstance(event, AttemptReserved):
                 return Ids(task_id=task_id, attempt_id=event.attempt_id, run_id=event.run_id,
                            command_id=event.command_id, runner_job_id=event.runner_job_id)
-        row = await oq.attempt_identity(self.pool, attempt_id) if attempt_id else None
+        row = await oq.attempt_identity(self.pool, task_id, attempt_id) if attempt_id else None
         if attempt_id is None or row is None:
             return None
         return Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,

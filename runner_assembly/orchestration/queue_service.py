@@ -39,15 +39,17 @@ class QueueService:
         self.pool = dispatcher.pool
         self.writer: LedgerWriter = dispatcher.writer
 
-    async def submit(self, command: SubmitTask, dry_run: bool) -> Preview | None:
-        """Store a submitted task; with ``dry_run`` only its preview."""
+    async def submit(self, command: SubmitTask, dry_run: bool) -> Preview | bool:
+        """Store a submitted task (False), or find the one its idempotency key stored (True);
+        with ``dry_run`` only its preview."""
         if dry_run:
             outcome = await self.writer.plan(command)
-            return Preview("submit", None, None, outcome.state, outcome.events, {
-                "payloadHash": command.payload_hash, "queue": command.queue,
-                "lane": command.lane})
-        await self.writer.execute(command, ACTOR)
-        return None
+            replayed = outcome.before is not None
+            return Preview("submit", command.task_id if replayed else None, outcome.before,
+                           outcome.state, outcome.events, {
+                               "payloadHash": command.payload_hash, "queue": command.queue,
+                               "lane": command.lane, "idempotentReplay": replayed})
+        return not (await self.writer.execute(command, ACTOR)).events
 
     async def mutate(self, name: str, command: TaskCommand, dry_run: bool) -> Preview | None:
         """Carry out a task command (a cancel also stops a running job), or preview it."""
@@ -57,7 +59,7 @@ class QueueService:
         outcome = await self.writer.execute(command, ACTOR)
         latest = outcome.before.latest if isinstance(command, CancelTask) else None
         if latest is not None and latest.state == AttemptStatus.RUNNING and outcome.events:
-            attempt = await queries.get_attempt(self.pool, latest.attempt_id)
+            attempt = await queries.get_attempt(self.pool, command.task_id, latest.attempt_id)
             if attempt is not None:
                 await self.dispatcher.cancel_job(attempt.run_id, attempt.runner_job_id)
         return None
