@@ -41,7 +41,7 @@ class StreamVersionConflict(DomainError):
 
 
 class LedgerUnavailable(DomainError):
-    """The ledger could not be written; nothing was changed."""
+    """The ledger could not be written now; retry (the same idempotency key never twins)."""
 
     code: str = FailureKind.INFRA_FAILED
 

@@ -158,27 +158,41 @@ class LedgerWriter:
             _fail(item, StreamVersionConflict())
 
     async def _try_batch(self, batch: list[_Item]) -> list[Outcome | DomainError]:
-        async with self._pool.acquire() as conn:
-            transaction = conn.transaction()
-            await transaction.start()
-            try:
-                outcomes, recorded = await self._decide_and_append(conn, batch)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await transaction.rollback()
-                raise
-            try:
-                await transaction.commit()
-            except Exception as error:
-                if store.is_outage(error):
-                    raise CommitUnknown(
-                        "the database connection was lost while committing: the change may "
-                        "or may not be stored; retry with the same idempotency key") from error
-                raise
+        conn = await self._pool.acquire()
+        try:
+            outcomes, recorded = await self._commit_on(conn, batch)
+        finally:
+            # A broken connection may fail its release: that must never replace the batch's
+            # own outcome (a commit that succeeded, or commit-unknown) with another error.
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)
         for item, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Outcome) and item.pending_indexes:
                 outcome.change_seq = recorded[item.pending_indexes[-1]].change_seq
         return outcomes
+
+    async def _commit_on(
+        self, conn: DbConnection, batch: list[_Item]
+    ) -> tuple[list[Outcome | DomainError], list[RecordedEntry]]:
+        """Decide, append and project the batch in one transaction on ``conn``, then commit;
+        a connection lost during COMMIT is :class:`CommitUnknown`."""
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            result = await self._decide_and_append(conn, batch)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await transaction.rollback()
+            raise
+        try:
+            await transaction.commit()
+        except Exception as error:
+            if store.is_outage(error):
+                raise CommitUnknown(
+                    "the database connection was lost while committing: the change may "
+                    "or may not be stored; retry with the same idempotency key") from error
+            raise
+        return result
 
     async def _decide_and_append(
         self, conn: DbConnection, batch: list[_Item]

@@ -104,4 +104,7 @@ def test_events_on_shared_bases_keep_their_stored_bytes(stored: bytes) -> None:
     kind = msgspec.json.decode(stored)["type"]
     decoder = (run_event_decoder if kind.startswith("run-") else session_event_decoder
                if kind.startswith("session-") else task_event_decoder)
-    assert event_encoder.encode(decoder.decode(stored)) == stored
+    expected = stored
+    if kind == "task-submitted":  # a field added later with a default is appended (issue 14)
+        expected = stored[:-1] + b',"idempotency_key":null}'
+    assert event_encoder.encode(decoder.decode(stored)) == expected
