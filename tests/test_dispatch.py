@@ -15,7 +15,7 @@ from litestar.testing import AsyncTestClient
 
 from api.app import create_app
 from projections.replay import replay
-from runner_assembly.assembly.plan import STATIC_ENV
+from runner_assembly.assembly.names import STATIC_ENV
 from runner_assembly.settings import RunnerSettings
 from tests.support import SECRET_CANARY, post_changing_nothing, snapshot, task_body
 

@@ -16,6 +16,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ledger.errors import DomainError, InvalidRequest
 from ledger.states import FailureKind
+from runner_assembly.assembly.names import SESSION_ENV, STATIC_ENV
 
 FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 K8sName = Annotated[str, Meta(min_length=1, max_length=253,
@@ -288,7 +289,6 @@ def gate(raw: Any) -> None:
         raise InvalidRequest(f"invalid body: {error}") from None
     check(inputs.resourceBundleRef, inputs.executionPolicy, inputs.workspaceRef)
     if inputs.transientEnv:
-        from runner_assembly.assembly.transient_env import check_names  # builds on this module
         check_names(inputs.transientEnv)
 
 
@@ -307,3 +307,21 @@ def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dic
     if wants and not any(transient_env.get(k) or defaults.get(k) for k in EXT_SSH_ENDPOINTS):
         raise SchemaInvalid("ext-ssh needs one of " + ", ".join(EXT_SSH_ENDPOINTS),
                             field="transientEnv")
+
+
+CREDENTIAL_NAMES = frozenset({"GIT_HOST_TOKEN", "EXT_SSH_CLIENT_TOKEN", "GH_TOKEN",
+                              "GITHUB_TOKEN", "SSH_AUTH_SOCK", "OPENAI_API_KEY",
+                              "ANTHROPIC_API_KEY"})
+RESERVED_NAMES = frozenset({*STATIC_ENV, *SESSION_ENV, "LD_PRELOAD", "LD_LIBRARY_PATH",
+                            "PYTHONPATH", "GIT_ASKPASS", "GIT_SSH_COMMAND"})
+
+
+def check_names(env: dict[str, str]) -> None:
+    """``schema-invalid`` for a credential name or a name the runner sets itself."""
+    for name in sorted(env):
+        if name in CREDENTIAL_NAMES or name.endswith(("_PRIVATE_KEY", "_PASSWORD")):
+            raise SchemaInvalid(f"transientEnv.{name} is a credential; credentials travel "
+                                "only as secret references", field=f"transientEnv.{name}")
+        if name in RESERVED_NAMES or name.startswith("SVC_"):
+            raise SchemaInvalid(f"transientEnv.{name} is set by the runner itself",
+                                field=f"transientEnv.{name}")

@@ -20,6 +20,12 @@ POD_JOB_SPEC_DIR = "/var/run/svc/job"
 JOB_SPEC_KEY = "job-spec.json"
 RUNNER_ENTRY = ["python", "-m", "runner_assembly.runner.pod"]
 
+# Environment variables the runner itself sets for the backend (never from transientEnv).
+STATIC_ENV = ("HOME", "BACKEND_HOME", "SVC_WORKSPACE_PATH", "SVC_RUN_ID", "SVC_SESSION_ID",
+              "SVC_BACKEND_PROFILE", "SVC_SKILLS_DIRS", "PATH", "LANG")
+SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION_PVC_MOUNT_PATH",
+               "SVC_BACKEND_ROLLOUT_SUBDIR")
+
 # Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
 ASSEMBLY_FILE = "assembly.json"
 """The runner's bounded assembly event (SPEC 6)."""

@@ -13,7 +13,12 @@ from typing import Literal
 import msgspec
 
 from runner_assembly.assembly.capability import work_ready_summary
-from runner_assembly.assembly.names import job_name, per_job_secret_name
+from runner_assembly.assembly.names import (
+    SESSION_ENV,
+    STATIC_ENV,
+    job_name,
+    per_job_secret_name,
+)
 from runner_assembly.assembly.resolve import (
     Assembly,
     ImageResolution,
@@ -81,10 +86,6 @@ class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
     values_printed: bool = False
 
 
-STATIC_ENV = ("HOME", "BACKEND_HOME", "SVC_WORKSPACE_PATH", "SVC_RUN_ID", "SVC_SESSION_ID",
-              "SVC_BACKEND_PROFILE", "SVC_SKILLS_DIRS", "PATH", "LANG")
-SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION_PVC_MOUNT_PATH",
-               "SVC_BACKEND_ROLLOUT_SUBDIR")
 
 
 def workspace_key(assembly: Assembly, ids: Ids) -> str:
