@@ -33,9 +33,13 @@ class Line:
 
 
 def split_lines(data: bytes, final: bool) -> tuple[list[str], int]:
-    """Complete lines of ``data`` (all of it when ``final``) and the bytes they used."""
+    """Complete lines of ``data`` (all of it when ``final``) and the bytes they used.
+
+    Bytes Postgres text cannot hold become U+FFFD: invalid UTF-8 and NUL, which a backend may
+    print but which would otherwise stop the channel's lines at that point for good.
+    """
     end = len(data) if final else data.rfind(b"\n") + 1
-    text = data[:end].decode("utf-8", errors="replace")
+    text = data[:end].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
     return [bounded_line(line) for line in text.splitlines()], end
 
 

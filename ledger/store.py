@@ -5,6 +5,7 @@ Every asyncpg error on the write path is translated here, in one place, into led
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +15,12 @@ import asyncpg
 import msgspec
 
 from ledger.database import DbConnection
-from ledger.errors import LedgerCorrupt, LedgerUnavailable, StreamVersionConflict
+from ledger.errors import (
+    InvalidRequest,
+    LedgerCorrupt,
+    LedgerUnavailable,
+    StreamVersionConflict,
+)
 from ledger.events import event_encoder, event_type_of
 from ledger.hashing import entry_hash
 from ledger.sqlfile import load_queries
@@ -55,12 +61,26 @@ def is_outage(error: BaseException) -> bool:
     return isinstance(error, OUTAGE_ERRORS)
 
 
+_ESCAPED_NUL = re.compile(rb"(?:^|[^\\])(?:\\\\)*\\u0000")
+"""JSON's escape of U+0000 (an odd number of backslashes before ``u0000``)."""
+NUL_REFUSED = "text must not contain NUL characters (U+0000): Postgres cannot store them"
+
+
+def refuse_nul(payload: bytes) -> None:
+    """Refuse an encoded event holding U+0000, which ``jsonb`` cannot store: the command is
+    refused as invalid instead of failing its batch as if the database were down."""
+    if b"\\u0000" in payload and _ESCAPED_NUL.search(payload):
+        raise InvalidRequest(NUL_REFUSED)
+
+
 def translate_error(error: BaseException) -> Exception:
     """Map a driver error to the ledger's own error type."""
     if isinstance(error, asyncpg.UniqueViolationError) and "stream_version" in str(
         error.constraint_name or ""
     ):
         return StreamVersionConflict()
+    if isinstance(error, asyncpg.DataError):  # a value the database refuses, not an outage
+        return InvalidRequest("the database refused a value of this request")
     if isinstance(error, asyncpg.PostgresError | OSError | asyncpg.InterfaceError):
         return LedgerUnavailable()
     return error if isinstance(error, Exception) else RuntimeError(str(error))
@@ -126,6 +146,7 @@ async def append(
     for item in pending:
         seq += 1
         payload = event_encoder.encode(item.event)
+        refuse_nul(payload)
         event_type = event_type_of(item.event)
         digest = entry_hash(
             prev, change_seq=seq, stream_type=item.stream_type, stream_id=item.stream_id,

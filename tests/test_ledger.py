@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from ledger import store
-from ledger.errors import StreamVersionConflict
+from ledger import session_lines, store
+from ledger.errors import InvalidRequest, StreamVersionConflict
 from ledger.events import TaskCancelled
 from ledger.migrate import available_migrations, migrate, pending_migrations
 from ledger.writer import utc_now
@@ -114,3 +114,37 @@ async def test_replay_detects_an_edited_contract(client: Any, conn: asyncpg.Conn
     report = await replay(conn)
     assert report.differences["task_contract"] == 2
     assert report.samples["task_contract"] == [task_id]
+
+
+async def test_a_nul_character_is_refused_as_invalid_and_appends_nothing(
+    client: Any, conn: asyncpg.Connection
+) -> None:
+    (task_id,) = await _submit_some(client, 1)
+    async with conn.transaction():
+        head = await store.lock_head(conn)
+        nul = store.PendingEvent("task", task_id, 2, TaskCancelled(reason="stop\x00now"), "test",
+                                 utc_now())
+        with pytest.raises(InvalidRequest, match="NUL"):
+            await store.append(conn, head, [nul])
+    escaped = store.PendingEvent("task", task_id, 2, TaskCancelled(reason="a \\u0000 b"),
+                                 "test", utc_now())
+    async with conn.transaction():  # the six characters `\u0000` are ordinary text
+        await store.append(conn, await store.lock_head(conn), [escaped])
+    assert await conn.fetchval("SELECT count(*) FROM ledger") == 2
+    assert await conn.fetchval(
+        "SELECT payload->>'reason' FROM ledger WHERE change_seq = 2") == "a \\u0000 b"
+
+
+async def test_backend_output_with_nul_and_invalid_utf8_keeps_flowing(
+    conn: asyncpg.Connection
+) -> None:
+    chunks = b"before\nnul \x00 here\nbad \xff byte\nafter\n"
+
+    async def read(offset: int) -> tuple[bytes, bool]:
+        return chunks[offset:], True
+
+    taken = await session_lines.take_in(conn, "ses_nul", "job_nul", "output", read, final=True)
+    lines, _ = await session_lines.page(conn, "ses_nul", "output", 0, 10)
+    assert taken == 4
+    assert [line.line for line in lines] == [
+        "before", "nul \ufffd here", "bad \ufffd byte", "after"]
