@@ -34,6 +34,21 @@ def _task_session_path(latest_attempt: JsonObject | None) -> str | None:
     return session_path(latest_attempt["sessionId"]) if latest_attempt else None
 
 
+def latest_attempt(stored: JsonObject | None) -> JsonObject | None:
+    """The ``latestAttempt`` answer of a stored summary: ``sessionPath`` computed here (a
+    projection holds no HTTP path) and placed right after ``sessionId``."""
+    if stored is None:
+        return None
+    shown: JsonObject = {}
+    for name, value in stored.items():
+        if name == "sessionPath":
+            continue
+        shown[name] = value
+        if name == "sessionId":
+            shown["sessionPath"] = session_path(value)
+    return shown
+
+
 def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
                last_attempt_id: str | None, budgets: Budgets) -> wire.Supervisor:
     """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
@@ -54,14 +69,16 @@ def task_detail(row: TaskSummaryRow, contract: JsonObject, budgets: Budgets,
     sup = supervisor(row.task_id, row.queue, row.state, row.change_seq,
                      _attempt_id(row.latest_attempt), budgets)
     fields = msgspec.structs.asdict(row)
-    fields["session_path"] = _task_session_path(row.latest_attempt)
-    return wire.TaskDetail(**fields, contract=contract, supervisor=sup, work_ready=work_ready)
+    fields["latest_attempt"] = latest_attempt(row.latest_attempt)
+    return wire.TaskDetail(**fields, session_path=_task_session_path(row.latest_attempt),
+                           contract=contract, supervisor=sup, work_ready=work_ready)
 
 
 def task_list(page: TaskPage, budgets: Budgets) -> wire.TaskList:
     """A list page."""
     items = [
-        wire.TaskItem(**msgspec.structs.asdict(row),
+        wire.TaskItem(**{**msgspec.structs.asdict(row),
+                         "latest_attempt": latest_attempt(row.latest_attempt)},
                       session_path=_task_session_path(row.latest_attempt),
                       supervisor=supervisor(row.task_id, row.queue, row.state, row.change_seq,
                                             _attempt_id(row.latest_attempt), budgets))

@@ -14,8 +14,6 @@ from ledger.task import STREAM_TYPE as TASK_STREAM
 from ledger.task import attempt_state_after, task_state_after
 from projections.projection import Fold, Merge, Projection, Rows
 
-SESSION_PATH = "/api/v1/sessions/{}"
-
 
 class TaskSummaryRow(ev.TaskPlace, frozen=True):
     """A row of ``task_summary``; field order is the column order (the place fields first)."""
@@ -27,7 +25,6 @@ class TaskSummaryRow(ev.TaskPlace, frozen=True):
     change_seq: int
     payload_hash: str
     latest_attempt: dict[str, Any] | None
-    session_path: str | None
     creator: str
     created_at: datetime
     updated_at: datetime
@@ -55,7 +52,7 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             backend_profile=event.backend_profile,
             summary="submitted; waiting for dispatch", version=1, change_seq=entry.change_seq,
             payload_hash=event.payload_hash, latest_attempt=None,
-            session_path=None, creator=event.creator, created_at=entry.recorded_at,
+            creator=event.creator, created_at=entry.recorded_at,
             updated_at=entry.recorded_at,
         )
     if row is None or kind is ev.TaskReadCursorAdvanced:
@@ -75,11 +72,10 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             "state": attempt_state_after(None, event), "runId": event.run_id,
             "commandId": event.command_id,
             "runnerJobId": event.runner_job_id, "sessionId": event.session_id,
-            "sessionPath": SESSION_PATH.format(event.session_id),
             "failureKind": None, "failureMessage": None,
         }
         return msgspec.structs.replace(
-            row, latest_attempt=attempt, session_path=attempt["sessionPath"],
+            row, latest_attempt=attempt,
             summary=f"attempt {event.retry_index} reserved; creating its runner job",
             **changed)
     assert row.latest_attempt is not None, "attempt event before task-attempt-reserved"

@@ -24,7 +24,7 @@ WHERE h.id = 1
 -- name: get_task
 SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
        summary, version, change_seq, payload_hash, latest_attempt::text AS latest_attempt,
-       session_path, creator, created_at, updated_at, c.contract::text AS contract
+       creator, created_at, updated_at, c.contract::text AS contract
 FROM task_summary JOIN task_contract c USING (task_id) WHERE task_id = $1
 
 -- name: high_water
