@@ -1,5 +1,6 @@
 """Projections hold no HTTP path (issue 12): the API computes every ``sessionPath`` from the
-session id, and migration 0008 removes the path that older rows stored."""
+session id, and migration 0008 removes the path that older rows stored (and fills the
+statistic fields it adds exactly as the fold computes them)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ _OLD_PATH = (
     " (latest_attempt->>'sessionId') || '\"')::json WHERE latest_attempt IS NOT NULL")
 
 
-async def _rows_with_api_paths(conn: asyncpg.Connection) -> list[str]:
+async def _rows_with_api_paths(conn: asyncpg.Connection,
+                               tables: tuple[str, ...] = TABLES) -> list[str]:
     found = []
-    for table in TABLES:
+    for table in tables:
         found += [f"{table}: {r['t']}" for r in await conn.fetch(
             f"SELECT row_to_json(r)::text AS t FROM {table} r")
             if "/api/" in r["t"]]
@@ -82,18 +84,26 @@ async def test_migration_0008_removes_stored_paths_and_replay_stays_equal(
     before = (await client.get(f"{TASKS}/{done_id}")).json()
     conn = await asyncpg.connect(database_url)
     try:
-        live = await conn.fetch("SELECT task_id, latest_attempt::text AS a FROM task_summary"
+        live = await conn.fetch("SELECT *, latest_attempt::text AS a FROM task_summary"
                                 " ORDER BY task_id")
-        # The rows as the code before 0008 stored them: the column and the key.
+        assert {r["attempt_count"] for r in live} == {0, 1, 2}
+        assert sum(r["last_duration_ms"] is not None for r in live) == 3
+        # The rows as the code before 0008 stored them: the path column and key, no
+        # statistic fields, no judge runs.
+        await conn.execute("DROP TABLE judge_run")
+        await conn.execute("ALTER TABLE task_summary DROP COLUMN attempt_count,"
+                           " DROP COLUMN last_duration_ms, DROP COLUMN latest_started_at")
         await conn.execute("ALTER TABLE task_summary ADD COLUMN session_path text")
         await conn.execute(_OLD_PATH)
-        assert len(await _rows_with_api_paths(conn)) == 4
+        before_0008 = tuple(t for t in TABLES if t != "judge_run")
+        assert len(await _rows_with_api_paths(conn, before_0008)) == 4
         (last,) = [m for m in available_migrations() if m.version == 8]
         await conn.execute("DELETE FROM schema_migrations WHERE version = 8")
         assert [m.version for m in await migrate(conn)] == [last.version]
         assert await _rows_with_api_paths(conn) == []
-        assert await conn.fetch("SELECT task_id, latest_attempt::text AS a FROM task_summary"
-                                " ORDER BY task_id") == live
+        migrated = await conn.fetch("SELECT *, latest_attempt::text AS a FROM task_summary"
+                                    " ORDER BY task_id")
+        assert [dict(r) for r in migrated] == [dict(r) for r in live]
         assert (await replay(conn)).ok
     finally:
         await conn.close()
