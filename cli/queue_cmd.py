@@ -260,11 +260,11 @@ def judge(
 ) -> int:
     """Record a judge's verdict on an ended attempt. It never retries the task.
 
-    The JSON needs judge, request and result (pass, fail or inconclusive); failureKind,
-    retrySuggested, retryReason, summary and judgeId are optional, e.g.
+    The JSON needs judge, request and result (pass, fail, inconclusive);
+    failureKind, retrySuggested, retryReason, summary, judgeId are optional:
 
-      echo '{"judge": "reviewer", "request": {"check": "tests pass"}, "result": "fail",
-             "failureKind": "tests-failed", "retrySuggested": true}' |
+      echo '{"judge": "ci", "request": {"check": "tests"},
+             "result": "fail", "retrySuggested": true}' |
         svc queue judge <taskId> <attemptId> --json-stdin
     """
     from urllib.parse import quote
