@@ -63,7 +63,8 @@ async def snapshot(url: str) -> dict[str, Any]:
         for table, key in (("task_summary", "task_id"), ("task_contract", "task_id"),
                            ("read_cursor", "reader_id, task_id"),
                            ("queue_stats", "queue, lane, state, backend_profile"),
-                           ("commander_view", "task_id"), ("session_summary", "session_id"),
+                           ("commander_view", "task_id"), ("judge_run", "task_id, judge_id"),
+                           ("session_summary", "session_id"),
                            ("session_turn", "runner_job_id"),
                            ("session_read_cursor", "reader_id, session_id"),
                            ("session_line", "session_id, channel, seq")):
