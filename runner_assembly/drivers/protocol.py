@@ -58,6 +58,8 @@ class JobStatus:
     assembly: dict[str, object] | None = None
     thread_id: str | None = None
     """The thread the backend started or resumed, as the runner reported it."""
+    startup: dict[str, object] | None = None
+    """The runner's startup event (its work-ready capability summary), once it wrote one."""
 
     @property
     def terminal(self) -> bool:

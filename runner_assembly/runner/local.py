@@ -5,11 +5,12 @@
 Runs the runner's assembly steps (:mod:`runner_assembly.runner.assemble`), writes the bounded
 assembly event to ``assembly.json``, runs the backend command in the workspace with the
 prompt on standard input and an explicit environment, and reports the terminal status in
-``status.json``. The session volume (a directory) is linked at
-``${BACKEND_HOME}/<rollout_subdir>``; after the backend the runner writes the volume summary
-to ``storage.json``. Runner events go to ``trace.jsonl``. Secret values are copied, never
-printed: every line the job writes out is masked by value first
-(:mod:`runner_assembly.runner.masking`).
+``status.json``. Before anything else it writes its startup event (the work-ready
+capability summary, :mod:`runner_assembly.runner.startup`) to ``startup.json``. The session
+volume (a directory) is linked at ``${BACKEND_HOME}/<rollout_subdir>``; after the backend
+the runner writes the volume summary to ``storage.json``. Runner events go to
+``trace.jsonl``. Secret values are copied, never printed: every line the job writes out is
+masked by value first (:mod:`runner_assembly.runner.masking`).
 The secret root comes as an argument, never in ``spec.json``; with ``--bwrap`` the backend
 runs in the job's sandbox (:mod:`runner_assembly.runner.sandbox`).
 """
@@ -31,6 +32,7 @@ from runner_assembly.assembly.names import (
     ASSEMBLY_FILE,
     CHANNEL_FILES,
     JOB_SECRET_DIR,
+    STARTUP_FILE,
     STORAGE_FILE,
 )
 from runner_assembly.runner.assemble import Assembler
@@ -40,6 +42,7 @@ from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume, summarize
+from runner_assembly.runner.startup import startup_event
 
 BLOCKER_FILE = ".svc-blocker"
 """A backend names a SPEC 7 blocker kind in this file (e.g. a missing thread rollout)."""
@@ -61,6 +64,9 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     the status report."""
     spec = json.loads((folder / "spec.json").read_text())
     plan = spec["plan"]
+    started = startup_event(plan)
+    write_json_atomically(folder / STARTUP_FILE, started)
+    trace(folder, "runner-started", capability=started)
     volume = plan["sessionVolume"] or {}
     layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"))
     if spec.get("volume_dir"):

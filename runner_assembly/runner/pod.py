@@ -24,6 +24,7 @@ from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
+from runner_assembly.runner.startup import startup_event
 
 STATE_DIR = Path(names.POD_HOME) / ".svc"
 
@@ -39,6 +40,7 @@ def assemble(spec_path: Path) -> int:
     assembler = Assembler(spec, layout, SecretSource(Path(names.POD_SECRETS_ROOT)),
                           Path(names.POD_JOB_SPEC_DIR), mounted=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
+    (STATE_DIR / names.STARTUP_FILE).write_text(json.dumps(startup_event(plan)))
     try:
         launch = assembler.run()
     except AssemblyFailure as failure:
