@@ -5,17 +5,30 @@ full smoke-check list (SPEC 8) and the ``SVC_RESOURCE_BIN_PATH`` shims (SPEC 9).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
 from runner_assembly.assembly.capability import MAX_TOOLS, startup_record
+from runner_assembly.assembly.failures import MINIMAL_PATH
+from runner_assembly.runner.capabilities import capability_gaps
 from runner_assembly.settings import RunnerSettings
+from tests.bundles import bundle_ref, git, make_bundle_repo
 from tests.support import SECRET_CANARY, replay_report
-from tests.test_assembly_runner import app_client, runner_job, settings_for
+from tests.test_assembly_runner import (
+    TOKEN_CANARY,
+    app_client,
+    credential,
+    runner_job,
+    settings_for,
+    write_secret,
+)
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
 
 SUMMARY_KEYS = {"version", "tools", "dependencyPolicy", "valuesPrinted"}
@@ -80,3 +93,130 @@ def test_the_recorded_startup_summary_keeps_only_the_spec_fields_within_bounds()
     assert len(record["tools"]) == MAX_TOOLS  # type: ignore[arg-type]
     assert len(json.dumps(record)) < 8 * 1024
     assert startup_record("not a summary") is None and startup_record(None) is None
+
+
+def repo_with(root: Path, files: dict[str, tuple[str, int]]) -> Path:
+    """A real git repository holding ``files`` (path: text and mode), committed on main."""
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    git(repo, "init", "--quiet", "--initial-branch=main")
+    for path, (text, mode) in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+        (repo / path).chmod(mode)
+    git(repo, "add", "-A")
+    git(repo, "commit", "--quiet", "-m", "files")
+    return repo
+
+
+def on_minimal_path(tool: str) -> bool:
+    """Whether this machine's runner PATH has ``tool`` (then a gap cannot be produced)."""
+    return shutil.which(tool, path=MINIMAL_PATH) is not None
+
+
+async def run_to_end(database_url: str, settings: RunnerSettings,
+                     **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Submit, dispatch and settle one task: the task and its runner-job view."""
+    async with app_client(database_url, settings) as client:
+        task_id = await submit(client, "go", **overrides)
+        await dispatch(client, task_id)
+        task = await settle(client, task_id)
+        return task, await runner_job(client, task)
+
+
+def test_capability_gaps_name_the_capability_the_tool_and_what_needs_it(tmp_path: Path) -> None:
+    path = tmp_path / "bin"
+    path.mkdir()
+    (path / "ssh").write_text("#!/bin/sh\n")
+    (path / "ssh").chmod(0o755)
+    smoke_found = [{"name": "git", "found": False}, {"name": "curl", "found": False},
+                   {"name": "ssh", "found": True}]
+    uses = [{"role": "provider", "tool": None},
+            {"role": "tool", "tool": "git-host", "purpose": "pull-request"},
+            {"role": "tool", "tool": "git-host", "purpose": "git-host-ssh"},
+            {"role": "tool", "tool": "ext-ssh", "purpose": "ssh-passthrough"}]
+    gaps = capability_gaps(uses, smoke_found, str(path))
+    assert gaps == [
+        {"capability": "http-client", "tool": "curl", "requiredBy": "smoke-check"},
+        {"capability": "code-host-cli", "tool": "gh", "requiredBy": "git-host/pull-request"},
+    ], "git is a base tool, not a capability; ssh is on the PATH"
+    (path / "ssh").unlink()
+    assert {g["requiredBy"] for g in capability_gaps(uses, [], str(path))} == {
+        "git-host/pull-request", "git-host/git-host-ssh", "ext-ssh/ssh-passthrough"}
+
+
+@pytest.mark.skipif(on_minimal_path("gh"), reason="this machine has a code-host CLI")
+async def test_a_credential_without_its_shell_capability_is_a_recorded_capability_gap(
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path
+) -> None:
+    settings = settings_for(runner_settings)
+    write_secret(settings, "git-host-token", {"GIT_HOST_TOKEN": TOKEN_CANARY})
+    repo = make_bundle_repo(tmp_path)
+    task, job = await run_to_end(
+        database_url, settings, resourceBundleRef=bundle_ref(repo),
+        executionPolicy={"secretScope": {"toolCredentials": [credential("git-host-token")]}})
+    assert task["state"] == "blocked", task
+    assert task["latestAttempt"]["failureKind"] == "capability-gap"
+    gap = {"capability": "code-host-cli", "tool": "gh", "requiredBy": "git-host/pull-request"}
+    assert job["assembly"]["capabilityGaps"] == [gap]
+    assert job["assembly"]["failure"] == {
+        "kind": "capability-gap", "details": {"capabilityGaps": [gap]},
+        "message": "assembly capability gap: code-host-cli (gh) missing from the runtime"}
+    (folder,) = job_dirs(settings)
+    assert not (folder / "stdout.log").exists(), "no backend ran without its capability"
+    assert TOKEN_CANARY not in json.dumps(job)
+
+
+@pytest.mark.skipif(on_minimal_path("gh"), reason="this machine has a code-host CLI")
+@pytest.mark.parametrize(("smoke_tools", "kind", "missing"), [
+    (["git", "gh"], "capability-gap", None),
+    (["git", "gh", "no-such-base-tool"], "infra-failed", ["gh", "no-such-base-tool"]),
+])
+async def test_smoke_check_gaps_are_capability_gaps_unless_a_base_tool_is_missing(
+    database_url: str, runner_settings: RunnerSettings, smoke_tools: list[str], kind: str,
+    missing: list[str] | None
+) -> None:
+    settings = settings_for(runner_settings, smokeTools=smoke_tools)
+    task, job = await run_to_end(database_url, settings)
+    assert task["latestAttempt"]["failureKind"] == kind
+    assert task["state"] == ("blocked" if kind == "capability-gap" else "failed")
+    gaps = [{"capability": "code-host-cli", "tool": "gh", "requiredBy": "smoke-check"}]
+    assert job["assembly"]["capabilityGaps"] == gaps
+    details = job["assembly"]["failure"]["details"]
+    assert details == ({"capabilityGaps": gaps} if missing is None
+                       else {"missing": missing, "capabilityGaps": gaps})
+
+
+AGENT = "#!/bin/sh\necho \"agent ran in $(pwd)\"\n"
+
+
+@pytest.mark.parametrize(("files", "state", "kind", "message"), [
+    ({"README.md": ("no agent here\n", 0o644)}, "failed", "workspace-command-inconsistent",
+     "the backend command ./bin/agent is not in the workspace checkout"),
+    ({"bin/agent": (AGENT, 0o644)}, "failed", "workspace-command-inconsistent",
+     "the backend command ./bin/agent in the workspace is not executable"),
+    ({"bin/agent": (AGENT, 0o755)}, "completed", None, None),
+])
+async def test_a_backend_that_cannot_spawn_in_its_workspace_is_a_workspace_command_problem(
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path,
+    files: dict[str, tuple[str, int]], state: str, kind: str | None, message: str | None
+) -> None:
+    repo = repo_with(tmp_path, files)
+    settings = dataclasses.replace(runner_settings, backend_commands={
+        **runner_settings.backend_commands, "profile-1": ("./bin/agent",)})
+    task, job = await run_to_end(database_url, settings,
+                                 resourceBundleRef={"kind": "gitbundle",
+                                                    "repoUrl": repo.as_uri()})
+    assert task["state"] == state, task
+    assert task["latestAttempt"]["failureKind"] == kind
+    assert job["failureKind"] == kind and job["failureMessage"] == message
+    (folder,) = job_dirs(settings)
+    traced = [json.loads(line) for line in (folder / "trace.jsonl").read_text().splitlines()]
+    if kind is None:
+        workspace = job["assembly"]["workspace"]
+        assert (folder / "stdout.log").read_text() == f"agent ran in {workspace}\n"
+        return
+    assert "failure" not in job["assembly"], "assembly itself succeeded"
+    (spawn,) = [t for t in traced if t["kind"] == "backend-spawn-failed"]
+    assert spawn["failureKind"] == kind and spawn["details"]["program"] == "./bin/agent"
+    assert not (folder / "stdout.log").exists()

@@ -348,6 +348,7 @@ class Dispatcher:
                          "total": defaults.promptsMaxTotalBytes},
             new_thread=thread_id is None, thread_id=thread_id,
             resource_bin_path=self.settings.resource_bin_path,
+            workspace_root=self.settings.workspace_root,
             job_secret=job_secret)
 
     @staticmethod

@@ -37,6 +37,7 @@ from runner_assembly.assembly.names import (
 )
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.jobfiles import write_json_atomically
+from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
@@ -68,7 +69,8 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     write_json_atomically(folder / STARTUP_FILE, started)
     trace(folder, "runner-started", capability=started)
     volume = plan["sessionVolume"] or {}
-    layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"))
+    layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"),
+                          spec.get("workspace_root"))
     if spec.get("volume_dir"):
         link_volume(layout, Path(spec["volume_dir"]))
     assembler = Assembler(spec, layout, SecretSource(secret_root, MASKER),
@@ -84,6 +86,10 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
         write_json_atomically(folder / ASSEMBLY_FILE, assembler.bounded_event())
     trace(folder, "assembled", steps=assembler.event["steps"])
     (folder / "prompt.txt").write_text(launch.stdin)
+    try:
+        check_backend_launch(spec["backend_command"], layout.workspace)
+    except AssemblyFailure as failure:
+        return _spawn_failed(folder, failure)
     thread = plan.get("thread") or {}
     trace(folder, "backend-start", thread=thread.get("mode", "start"),
           threadId=thread.get("threadId"), sandbox="bwrap" if bwrap else "off")
@@ -103,8 +109,8 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
             code = backend.wait()
             relays.join()
     except OSError as error:
-        return {"state": JobState.FAILED, "failureKind": FailureKind.INFRA_FAILED,
-                "failureMessage": f"backend command could not start: {error.strerror}"}
+        return _spawn_failed(folder, spawn_failure(error, spec["backend_command"],
+                                                   layout.workspace))
     report = _outcome(layout, code)
     report["threadId"] = _thread(layout, spec.get("thread_id"))
     trace(folder, "backend-exit", exitCode=code, threadId=report["threadId"],
@@ -112,6 +118,13 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     if spec.get("volume_dir"):
         write_json_atomically(folder / STORAGE_FILE, summarize(Path(spec["volume_dir"]), volume))
     return report
+
+
+def _spawn_failed(folder: Path, failure: AssemblyFailure) -> dict[str, object]:
+    """The backend could not start: traced, and reported with its failure kind."""
+    trace(folder, "backend-spawn-failed", failureKind=failure.kind, details=failure.details)
+    return {"state": job_state_of_failure(failure.kind), "failureKind": failure.kind,
+            "failureMessage": failure.message}
 
 
 def _outcome(layout: Layout, code: int) -> dict[str, object]:
