@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,10 +17,13 @@ import asyncpg
 import pytest
 
 from runner_assembly.assembly.capability import MAX_TOOLS, startup_record
-from runner_assembly.assembly.failures import MINIMAL_PATH
+from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
+from runner_assembly.assembly.workspace_root import check_checkout
 from runner_assembly.runner.capabilities import capability_gaps
+from runner_assembly.runner.layout import Layout
 from runner_assembly.settings import RunnerSettings
 from tests.bundles import bundle_ref, git, make_bundle_repo
+from tests.conftest import svc_executable
 from tests.support import SECRET_CANARY, replay_report
 from tests.test_assembly_runner import (
     TOKEN_CANARY,
@@ -220,3 +224,96 @@ async def test_a_backend_that_cannot_spawn_in_its_workspace_is_a_workspace_comma
     (spawn,) = [t for t in traced if t["kind"] == "backend-spawn-failed"]
     assert spawn["failureKind"] == kind and spawn["details"]["program"] == "./bin/agent"
     assert not (folder / "stdout.log").exists()
+
+
+def test_a_workspace_root_overlapping_a_protected_path_is_refused_at_startup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    refused = {"workspaces": "absolute path", "/app": "overlaps /app",
+               "/app/checkouts": "overlaps /app", "/": "overlaps /app",
+               str(data / "secrets"): "overlaps the secret store",
+               str(data / "secrets" / "svc-v01"): "overlaps the secret store",
+               str(data): "overlaps the secret store",
+               str(data / "sessions" / "ses_1"): "overlaps the session directories"}
+    for root, reason in refused.items():
+        monkeypatch.setenv("SVC_WORKSPACE_ROOT", root)
+        with pytest.raises(ValueError, match=reason):
+            RunnerSettings.from_env(data)
+    monkeypatch.setenv("SVC_WORKSPACE_ROOT", str(tmp_path / "ws"))
+    assert RunnerSettings.from_env(data).workspace_root == str(tmp_path / "ws")
+
+
+def test_svc_serve_refuses_a_workspace_root_on_app_in_one_line(tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "SVC_DATA_DIR": str(tmp_path / "data"),
+           "SVC_WORKSPACE_ROOT": "/app/work", "SVC_PORT": "1"}
+    done = subprocess.run([svc_executable(), "serve"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == ("error: invalid-request: SVC_WORKSPACE_ROOT /app/work "
+                                   "overlaps /app (/app): checkouts there would overwrite it")
+    assert not (tmp_path / "data" / "pg").exists(), "refused before anything started"
+
+
+async def test_checkouts_go_below_svc_workspace_root(
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path
+) -> None:
+    repo = make_bundle_repo(tmp_path)
+    root = tmp_path / "workspace-root"
+    settings = dataclasses.replace(settings_for(runner_settings), workspace_root=str(root))
+    task, job = await run_to_end(database_url, settings, resourceBundleRef=bundle_ref(repo))
+    assert task["state"] == "completed", task
+    workspace = Path(job["assembly"]["workspace"])
+    assert workspace.parent == root / job["runnerJobId"]
+    assert (workspace / "src/app.py").read_text() == "print('app')\n"
+    (folder,) = job_dirs(settings)
+    assert not (folder / "workspaces").exists(), "nothing checked out in the job folder"
+    assert f"tran ran in {workspace}" in (folder / "stdout.log").read_text()
+
+
+@pytest.mark.parametrize(("root", "what"), [
+    ("/app", "/app"), ("secrets", "the secret projection"),
+    ("secrets/svc-v01", "the secret projection")])
+async def test_the_runner_refuses_a_checkout_onto_a_protected_path(
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path, root: str, what: str
+) -> None:
+    repo = make_bundle_repo(tmp_path)
+    settings = settings_for(runner_settings)
+    target = root if root.startswith("/") else str(settings.data_dir / root)
+    settings = dataclasses.replace(settings, workspace_root=target)  # past the startup check
+    before = sorted((p, p.read_bytes()) for p in settings.secrets_dir.rglob("*") if p.is_file())
+    task, job = await run_to_end(database_url, settings, resourceBundleRef=bundle_ref(repo))
+    assert task["state"] == "blocked", task
+    assert task["latestAttempt"]["failureKind"] == "workspace-refused"
+    failure = job["assembly"]["failure"]
+    assert failure["kind"] == "workspace-refused" and failure["details"]["protected"] == what
+    assert f"would overwrite {what}" in failure["message"]
+    assert job["assembly"]["steps"][-1] == "check-workspace"
+    assert sorted((p, p.read_bytes()) for p in settings.secrets_dir.rglob("*")
+                  if p.is_file()) == before, "the secret store is untouched"
+    assert not Path(target, job["runnerJobId"]).exists(), "nothing was created there"
+    (folder,) = job_dirs(settings)
+    assert not (folder / "stdout.log").exists()
+
+
+@pytest.mark.parametrize(("workspace", "what"), [
+    ("job_1/home/.backend/k", "the runtime home"),
+    ("job_1/home/.backend/sessions/k", "the runtime home"),
+    ("job_1/job-secret/k", "the secret projection"), ("job_1/home/.ssh", "the secret projection"),
+    ("job_1/home", "the secret projection"), ("sessions/ses_1/k", "the session directory")])
+def test_a_checkout_over_the_runtime_home_session_or_secrets_is_refused(
+    tmp_path: Path, workspace: str, what: str
+) -> None:
+    job = tmp_path / "job_1"
+    layout = Layout(home=job / "home", workspace_root=job / "workspaces", workspace_key="k")
+    protected = [("the secret projection", job / "job-secret"),
+                 ("the secret projection", layout.home_path("/home/svc/.ssh")),
+                 ("the runtime home", layout.backend_home),
+                 ("the session directory", tmp_path / "sessions" / "ses_1")]
+    with pytest.raises(AssemblyFailure) as refused:
+        check_checkout(tmp_path / workspace, tmp_path, protected)
+    assert refused.value.kind == "workspace-refused"
+    assert refused.value.details["protected"] == what, "a checkout holding it is refused too"
+    check_checkout(layout.workspace, layout.workspace_root, protected)
+    with pytest.raises(AssemblyFailure, match="not below the workspace root"):
+        check_checkout(job / "elsewhere" / "k", layout.workspace_root, protected)
