@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,8 +18,10 @@ import asyncpg
 import pytest
 
 from runner_assembly.assembly.capability import MAX_TOOLS, startup_record
+from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, TOOLS_BUNDLE_SMOKE_TOOLS
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 from runner_assembly.assembly.workspace_root import check_checkout
+from runner_assembly.runner import smoke
 from runner_assembly.runner.capabilities import capability_gaps
 from runner_assembly.runner.layout import Layout
 from runner_assembly.settings import RunnerSettings
@@ -317,3 +320,102 @@ def test_a_checkout_over_the_runtime_home_session_or_secrets_is_refused(
     check_checkout(layout.workspace, layout.workspace_root, protected)
     with pytest.raises(AssemblyFailure, match="not below the workspace root"):
         check_checkout(job / "elsewhere" / "k", layout.workspace_root, protected)
+
+
+FULL_SMOKE = [*SPEC_SMOKE_TOOLS, *TOOLS_BUNDLE_SMOKE_TOOLS]
+"""SPEC 8's whole list: the runner image's tools, then the tools bundle's."""
+
+
+def stub_dir(root: Path, names: list[str]) -> Path:
+    """A directory of executable stubs named ``names``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (root / name).write_text("#!/bin/sh\n")
+        (root / name).chmod(0o755)
+    return root
+
+
+def test_the_smoke_list_is_spec_8s_whole_list() -> None:
+    assert SPEC_SMOKE_TOOLS == ("bun", "node", "npm", "git", "ssh", "gh", "rg", "curl",
+                                "kubectl")
+    assert TOOLS_BUNDLE_SMOKE_TOOLS == ("tran", "trans", "apply_patch")
+
+
+@pytest.mark.parametrize("absent", FULL_SMOKE)
+def test_each_missing_smoke_tool_fails_fast_with_its_kind(tmp_path: Path, absent: str) -> None:
+    path = str(stub_dir(tmp_path / "bin", [t for t in FULL_SMOKE if t != absent]))
+    found = smoke.probe(list(SPEC_SMOKE_TOOLS), path, tools_bundle=True)
+    assert [t["name"] for t in found] == FULL_SMOKE
+    assert [t["name"] for t in found if not t["found"]] == [absent]
+    gaps = capability_gaps([], found, path)
+    with pytest.raises(AssemblyFailure) as failed:
+        smoke.require(found, gaps)
+    capability = absent in ("gh", "curl", "ssh")
+    assert failed.value.kind == ("capability-gap" if capability else "infra-failed")
+    assert absent in failed.value.message
+    everything = str(stub_dir(tmp_path / "bin", [absent]))
+    smoke.require(smoke.probe(list(SPEC_SMOKE_TOOLS), everything, True), [])  # nothing raised
+    assert [t["name"] for t in smoke.probe(["git"], everything, False)] == ["git"], \
+        "the tools bundle's three only once a tools bundle is assembled"
+
+
+async def test_the_full_smoke_list_passes_when_the_runtime_has_every_tool(
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path
+) -> None:
+    # the bundle's tools/ supplies what this machine's runner PATH lacks (then it is on PATH)
+    lacking = [t for t in SPEC_SMOKE_TOOLS if not on_minimal_path(t)]
+    repo = make_bundle_repo(tmp_path, tools=(*TOOLS_BUNDLE_SMOKE_TOOLS, *lacking))
+    settings = settings_for(runner_settings, smokeTools=list(SPEC_SMOKE_TOOLS))
+    task, job = await run_to_end(database_url, settings, resourceBundleRef=bundle_ref(repo))
+    assert task["state"] == "completed", task
+    assert job["assembly"]["smoke"] == [{"name": t, "found": True} for t in FULL_SMOKE]
+    assert job["assembly"]["capabilityGaps"] == []
+    present = [t for t in dict.fromkeys(["git", *SPEC_SMOKE_TOOLS]) if on_minimal_path(t)]
+    assert [t["name"] for t in job["runnerStartup"]["tools"]] == ["python", *present], \
+        "the startup summary lists the image's own tools, before any bundle"
+
+
+TOOL_PATH_BACKEND = '''
+import os, shutil, subprocess
+print("PATH " + os.environ["PATH"])
+for tool in ("tran", "lint", "notes.txt", "odd'name"):
+    found = shutil.which(tool)
+    print(tool, "->", found, subprocess.run([found], capture_output=True, text=True).stdout.strip()
+          if found else "")
+'''
+
+
+async def test_resource_bin_path_holds_only_shims_that_run_the_overlay_tools(
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path
+) -> None:
+    repo = make_bundle_repo(tmp_path, tools=("tran", "trans", "apply_patch", "lint",
+                                             "odd'name"),
+                            extra={"tools/notes.txt": "not a tool\n"})
+    bin_path = tmp_path / "resource-bin"
+    python = runner_settings.backend_commands["profile-1"][0]
+    settings = dataclasses.replace(
+        runner_settings, resource_bin_path=str(bin_path),
+        backend_commands={**runner_settings.backend_commands,
+                          "profile-1": (python, "-c", TOOL_PATH_BACKEND)})
+    task, job = await run_to_end(database_url, settings, resourceBundleRef=bundle_ref(repo))
+    assert task["state"] == "completed", task
+    overlay_tools = Path(job["assembly"]["managedOverlay"]) / "tools"
+    workspace = job["assembly"]["workspace"]
+    shims = sorted(p.name for p in bin_path.iterdir())
+    assert shims == sorted(["tran", "trans", "apply_patch", "lint", "odd'name"]), \
+        "only executable tools get a shim; nothing else is written there"
+    for name in shims:
+        shim = bin_path / name
+        assert shim.stat().st_mode & 0o111
+        assert shim.read_text() == (f"#!/bin/sh\nexec {shlex.quote(str(overlay_tools / name))}"
+                                    ' "$@"\n')
+        assert (overlay_tools / name).is_file(), "the shim runs the original overlay tool"
+    (folder,) = job_dirs(settings)
+    output = (folder / "stdout.log").read_text().splitlines()
+    path = output[0].removeprefix("PATH ").split(":")
+    assert path[0] == str(bin_path) and str(overlay_tools) not in path
+    assert f"tran -> {bin_path / 'tran'} tran ran in {workspace}" in output
+    assert f"lint -> {bin_path / 'lint'} lint ran in {workspace}" in output
+    odd = "odd'name"
+    assert f"odd'name -> {bin_path / odd} odd'name ran in {workspace}" in output
+    assert "notes.txt -> None " in output
