@@ -400,6 +400,8 @@ async def test_resource_bin_path_holds_only_shims_that_run_the_overlay_tools(
     task, job = await run_to_end(database_url, settings, resourceBundleRef=bundle_ref(repo))
     assert task["state"] == "completed", task
     overlay_tools = Path(job["assembly"]["managedOverlay"]) / "tools"
+    assert [p.name for p in bin_path.iterdir()] == [job["runnerJobId"]], "one folder per job"
+    bin_path = bin_path / job["runnerJobId"]
     workspace = job["assembly"]["workspace"]
     shims = sorted(p.name for p in bin_path.iterdir())
     assert shims == sorted(["tran", "trans", "apply_patch", "lint", "odd'name"]), \

@@ -123,6 +123,9 @@ class LocalDriver:
             write_job_secret(folder / JOB_SECRET_DIR, spec.job_secret)
             public = spec.public()
             public.pop("secret_root")  # the runner gets it as an argument: see _spawn
+            if spec.resource_bin_path:  # jobs share a machine: shims of one job per folder
+                public["resource_bin_path"] = str(Path(spec.resource_bin_path,
+                                                       spec.runner_job_id))
             volume = spec.plan.get("sessionVolume")
             if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
