@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 
+from api import wire
+from cli import render
 from runner_assembly.assembly.capability import MAX_TOOLS, startup_record
 from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, TOOLS_BUNDLE_SMOKE_TOOLS
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
@@ -54,7 +57,7 @@ async def ledger_events(database_url: str, event_type: str) -> list[dict[str, An
 
 
 async def test_the_runner_startup_event_is_recorded_and_shown_with_the_assembly_event(
-    database_url: str, runner_settings: RunnerSettings
+    database_url: str, runner_settings: RunnerSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = settings_for(runner_settings)
     async with app_client(database_url, settings) as client:
@@ -80,6 +83,10 @@ async def test_the_runner_startup_event_is_recorded_and_shown_with_the_assembly_
     assert kinds[0] == "runner-started" and "assembled" in kinds
     report = await replay_report(database_url)
     assert report.ok, report
+    render.runner_job(msgspec.convert(job, wire.RunnerJob))
+    shown = capsys.readouterr().out
+    assert f"runner started: svc {started['version']}  tools: python " in shown
+    assert f"git {git_version}" in shown and "valuesPrinted: false" in shown
 
 
 async def client_version(database_url: str, settings: RunnerSettings) -> str:
