@@ -428,3 +428,18 @@ async def test_resource_bin_path_holds_only_shims_that_run_the_overlay_tools(
     odd = "odd'name"
     assert f"odd'name -> {bin_path / odd} odd'name ran in {workspace}" in output
     assert "notes.txt -> None " in output
+
+
+def test_a_pod_mounts_its_workspace_at_the_workspace_root(tmp_path: Path) -> None:
+    from runner_assembly.assembly import k8s_objects
+    from tests.test_k8s_driver import plan_of
+
+    plan = plan_of(tmp_path)
+    for root in (None, "/srv/checkouts"):
+        job = k8s_objects.job(plan, root)
+        pod = job["spec"]["template"]["spec"]
+        expected = root or "/workspace"
+        for container in (*pod["initContainers"], *pod["containers"]):
+            assert container["workingDir"] == expected
+            mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+            assert mounts["workspace"] == expected
