@@ -285,6 +285,11 @@ def runner_job(job: wire.RunnerJob) -> None:
         out(f"  failureMessage: {job.failure_message}")
     if job.plan:
         runner_job_plan(job.plan)
+    started = job.runner_startup
+    if started:
+        tools = ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in started["tools"])
+        out(f"  runner started: svc {started['version']}  tools: {tools or '-'}"
+            f"  valuesPrinted: {str(started['valuesPrinted']).lower()}")
     event = job.assembly
     if event:
         repo = event.get("repository") or {}

@@ -179,6 +179,13 @@ class RunAssembled(msgspec.Struct, frozen=True, tag="run-assembled", tag_field="
     assembly: dict[str, Any]
 
 
+class RunnerStarted(msgspec.Struct, frozen=True, tag="runner-started", tag_field="type"):
+    """The runner's startup event (SPEC 6): its bounded work-ready capability summary
+    (SPEC 2.11): version, tool names and versions, dependency policy, never values."""
+
+    capability: dict[str, Any]
+
+
 class RunEnd(msgspec.Struct, frozen=True):
     """How a core run ended: shared by the finish command and its event."""
 
@@ -192,7 +199,7 @@ class RunFinished(RunEnd, frozen=True, tag="run-finished", tag_field="type"):
     """The core run reached a terminal status."""
 
 
-RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished
+RunEvent = RunCreated | RunnerJobCreated | RunAssembled | RunFinished | RunnerStarted
 
 
 class SessionFacts(msgspec.Struct, frozen=True):

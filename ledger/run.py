@@ -45,13 +45,19 @@ class RecordAssembly(_OnRun, frozen=True):
     assembly: dict[str, object]
 
 
+class RecordRunnerStartup(_OnRun, frozen=True):
+    """The runner reported its startup event (recorded once)."""
+
+    capability: dict[str, object]
+
+
 class FinishRun(_OnRun, frozen=True):
     """The run reached a terminal status."""
 
     end: ev.RunEnd
 
 
-RunCommand = CreateRun | RecordRunnerJob | RecordAssembly | FinishRun
+RunCommand = CreateRun | RecordRunnerJob | RecordAssembly | RecordRunnerStartup | FinishRun
 
 
 class RunState(msgspec.Struct, frozen=True):
@@ -62,6 +68,8 @@ class RunState(msgspec.Struct, frozen=True):
     job_recorded: bool = False
     assembled: bool = False
     status: RunStatus | None = None
+    started: bool = False
+    """The runner's startup event is recorded."""
 
 
 def decide(state: RunState | None, command: RunCommand) -> list[ev.RunEvent]:
@@ -79,6 +87,8 @@ def decide(state: RunState | None, command: RunCommand) -> list[ev.RunEvent]:
                                     command.plan)]
     if isinstance(command, RecordAssembly):
         return [] if state.assembled else [ev.RunAssembled(command.assembly)]
+    if isinstance(command, RecordRunnerStartup):
+        return [] if state.started else [ev.RunnerStarted(command.capability)]
     if state.status is not None:
         return []
     return [ev.RunFinished(**msgspec.structs.asdict(command.end))]
@@ -93,4 +103,6 @@ def evolve(state: RunState | None, event: ev.RunEvent) -> RunState:
         return msgspec.structs.replace(state, job_recorded=True)
     if isinstance(event, ev.RunAssembled):
         return msgspec.structs.replace(state, assembled=True)
+    if isinstance(event, ev.RunnerStarted):
+        return msgspec.structs.replace(state, started=True)
     return msgspec.structs.replace(state, status=event.status)

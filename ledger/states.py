@@ -112,6 +112,12 @@ class FailureKind(StrEnum):
     BUILD_REQUIRED = "build-required"
     BUNDLE_UNAVAILABLE = "bundle-unavailable"
     RUNNER_CANCELLED = "runner-cancelled"
+    CAPABILITY_GAP = "capability-gap"
+    """SPEC 5.2 rule 7: a shell capability the run needs is missing from the runtime."""
+    WORKSPACE_COMMAND_INCONSISTENT = "workspace-command-inconsistent"
+    """SPEC 7: the backend command could not spawn because of the workspace's form."""
+    WORKSPACE_REFUSED = "workspace-refused"
+    """SPEC 8: the checkout would leave the workspace root or overwrite a protected path."""
 
 
 BLOCKER_KINDS = frozenset({
@@ -119,6 +125,7 @@ BLOCKER_KINDS = frozenset({
     FailureKind.PROMPT_UNAVAILABLE, FailureKind.PROMPT_TOO_LARGE,
     FailureKind.REQUIRED_SKILL_UNAVAILABLE, FailureKind.SESSION_STORE_EVICTED,
     FailureKind.BUILD_REQUIRED, FailureKind.SCHEMA_INVALID, FailureKind.BUNDLE_UNAVAILABLE,
+    FailureKind.CAPABILITY_GAP, FailureKind.WORKSPACE_REFUSED,
 })
 """Failure kinds that block a task (fix the input, then retry) rather than fail it."""
 

@@ -10,7 +10,14 @@ from datetime import datetime
 
 import msgspec
 
-from ledger.events import RunAssembled, RunCreated, RunFinished, RunIdentity, RunnerJobCreated
+from ledger.events import (
+    RunAssembled,
+    RunCreated,
+    RunFinished,
+    RunIdentity,
+    RunnerJobCreated,
+    RunnerStarted,
+)
 from ledger.run import STREAM_TYPE as RUN_STREAM
 from ledger.states import RunStatus
 from ledger.streams import RecordedEntry
@@ -36,6 +43,8 @@ class RunRow(RunIdentity, frozen=True):
     job_plan: dict[str, object] | None = None
     assembly: dict[str, object] | None = None
     base: dict[str, object] | None = None
+    runner_startup: dict[str, object] | None = None
+    """The runner's startup event: its work-ready capability summary."""
 
 
 class CommandRow(msgspec.Struct, frozen=True):
@@ -89,6 +98,9 @@ def evolve(row: RunRow | None, entry: RecordedEntry) -> RunRow | None:
     if kind is RunAssembled:
         assert isinstance(event, RunAssembled)
         return msgspec.structs.replace(row, assembly=event.assembly, change_seq=seq)
+    if kind is RunnerStarted:
+        assert isinstance(event, RunnerStarted)
+        return msgspec.structs.replace(row, runner_startup=event.capability, change_seq=seq)
     assert isinstance(event, RunFinished)
     return msgspec.structs.replace(row, status=event.status, exit_code=event.exit_code,
                                    failure_kind=event.failure_kind,

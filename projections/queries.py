@@ -69,7 +69,7 @@ _TASK_ITEMS = RowDecoder(TaskItemRow, ("latest_attempt",))
 _COMMANDER = RowDecoder(CommanderRow, ("latest_attempt",))
 _COUNTERS = RowDecoder(StatsCounter)
 _ATTEMPTS = RowDecoder(AttemptRow)
-_RUNS = RowDecoder(RunView, ("plan", "assembly"))
+_RUNS = RowDecoder(RunView, ("plan", "assembly", "runner_startup"))
 _RESERVED = RowDecoder(ReservedRun)
 
 

@@ -90,6 +90,8 @@ class RunnerJobHead(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     failure_message: str | None
     plan: JsonObject | None
     assembly: JsonObject | None
+    runner_startup: JsonObject | None = None
+    """The runner's startup event: its work-ready capability summary (SPEC 2.11, 6)."""
 
 
 class RunView(RunnerJobHead, frozen=True, kw_only=True):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults, load_defaults
 from runner_assembly.assembly.profiles import PROFILES
+from runner_assembly.assembly.workspace_root import check_root_setting
 
 DEFAULT_NAMESPACE = "svc-v01"
 REFERENCE_BACKEND = (sys.executable, "-m", "runner_assembly.runner.reference_backend")
@@ -18,6 +19,16 @@ REFERENCE_BACKEND = (sys.executable, "-m", "runner_assembly.runner.reference_bac
 def _budgets(text: str) -> dict[str, str]:
     pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
     return {queue.strip(): budget.strip() for queue, budget in pairs}
+
+
+def _workspace_root(root: str | None, data_dir: Path) -> str | None:
+    """``SVC_WORKSPACE_ROOT`` checked against ``/app``, the secret store and the session
+    volumes (``ValueError``: the server refuses to start)."""
+    if not root:
+        return None
+    protected = [("the secret store", data_dir / "secrets"),
+                 ("the session directories", data_dir / "sessions")]
+    return str(check_root_setting(root, protected))
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,9 @@ class RunnerSettings:
     storage_class: str = "local-path"
     rollout_subdir: str = "sessions"
     resource_bin_path: str | None = None
+    workspace_root: str | None = None
+    """``SVC_WORKSPACE_ROOT``: where checkouts go (locally ``<root>/<runnerJobId>/``); unset:
+    each local job's ``workspaces/``, a pod's ``/workspace``."""
     kubernetes_api: str | None = None
     session_ttl_s: int = 7 * 24 * 3600
     session_gc_interval_ms: int = 5 * 60 * 1000
@@ -76,6 +90,7 @@ class RunnerSettings:
             storage_class=env.get("SVC_SESSION_STORAGE_CLASS", "local-path"),
             rollout_subdir=env.get("SVC_BACKEND_ROLLOUT_SUBDIR", "sessions"),
             resource_bin_path=env.get("SVC_RESOURCE_BIN_PATH") or None,
+            workspace_root=_workspace_root(env.get("SVC_WORKSPACE_ROOT"), data_dir),
             kubernetes_api=env.get("SVC_KUBERNETES_API") or None,
             session_ttl_s=int(env.get("SVC_SESSION_TTL_S", str(7 * 24 * 3600))),
             session_gc_interval_ms=int(env.get("SVC_SESSION_GC_INTERVAL_MS", "300000")),

@@ -243,7 +243,8 @@ async def test_tool_credentials_and_the_per_job_secret_reach_only_the_backend(
          "projection": {"kind": "volume", "mountPath": "/home/svc/.ssh"}},
     ]
     lab_key = "LabApiKeyCanary-0c4f1a"
-    repo = make_bundle_repo(tmp_path)
+    # the bundle brings the code-host CLI the pull-request credential needs (SPEC 5.2 rule 7)
+    repo = make_bundle_repo(tmp_path, tools=("tran", "trans", "apply_patch", "lint", "gh"))
     async with app_client(database_url, settings) as client:
         task_id = await submit(client, "go", resourceBundleRef=bundle_ref(repo),
                                executionPolicy={"secretScope": {"toolCredentials": credentials}})

@@ -68,7 +68,8 @@ sys.stdout.flush()
 
 
 async def test_careless_backend_leaks_nothing(database_url: str, tmp_path: Path) -> None:
-    repo = make_bundle_repo(tmp_path / "src")
+    # the bundle brings the code-host CLI the pull-request credential needs (SPEC 5.2 rule 7)
+    repo = make_bundle_repo(tmp_path / "src", tools=("tran", "trans", "apply_patch", "gh"))
     plant_secrets(tmp_path / "data")
     script = tmp_path / "careless.py"
     script.write_text(f"PLAIN = {PLAIN!r}\n{CARELESS}")

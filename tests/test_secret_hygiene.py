@@ -65,7 +65,8 @@ def policy(*names: str) -> dict[str, object]:
 
 
 async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> None:
-    repo = make_bundle_repo(tmp_path / "src")
+    # the bundle brings the code-host CLI the pull-request credential needs (SPEC 5.2 rule 7)
+    repo = make_bundle_repo(tmp_path / "src", tools=("tran", "trans", "apply_patch", "gh"))
     plant_secrets(tmp_path / "data")
     outputs: list[str] = []
     env = {"SVC_LOG_LEVEL": "DEBUG"}

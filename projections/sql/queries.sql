@@ -82,7 +82,7 @@ FROM attempt_summary WHERE task_id = $1 AND attempt_id = $2
 SELECT h.last_seq AS change_seq, r.run_id, r.task_id, r.attempt_id, r.runner_job_id,
        r.session_id, r.backend_profile, r.status, r.failure_kind, r.failure_message,
        r.exit_code, r.driver, r.job_plan::text AS plan, r.assembly::text AS assembly,
-       a.state AS attempt_state
+       r.runner_startup::text AS runner_startup, a.state AS attempt_state
 FROM ledger_head h
 JOIN run_record r ON r.run_id = $1
 LEFT JOIN attempt_summary a ON a.task_id = r.task_id AND a.attempt_id = r.attempt_id

@@ -81,18 +81,19 @@ def _secret_name(plan: RunnerJobPlan) -> str:
     return str(plan.per_job_secret["name"])
 
 
-def job(plan: RunnerJobPlan) -> K8sObject:
+def job(plan: RunnerJobPlan, workspace_root: str | None = None) -> K8sObject:
     """The Job: assembly in an init container, then the backend."""
     if plan.image.image is None:
         raise ValueError("a Kubernetes runner job needs a digest-pinned image")
-    mounts, volumes = _volumes(plan)
+    root = workspace_root or str(POD_WORKSPACE_ROOT)
+    mounts, volumes = _volumes(plan, root)
     pod_spec: K8sObject = {
         "restartPolicy": "Never", "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                             "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [_container(plan, "assemble", mounts["assemble"], [])],
-        "containers": [_container(plan, "backend", mounts["backend"], _env(plan))],
+        "initContainers": [_container(plan, "assemble", mounts["assemble"], [], root)],
+        "containers": [_container(plan, "backend", mounts["backend"], _env(plan), root)],
         "volumes": volumes,
     }
     return {
@@ -104,9 +105,9 @@ def job(plan: RunnerJobPlan) -> K8sObject:
 
 
 def _container(plan: RunnerJobPlan, phase: str, mounts: list[K8sObject],
-               env: list[K8sObject]) -> K8sObject:
+               env: list[K8sObject], root: str) -> K8sObject:
     return {"name": phase, "image": plan.image.image, "imagePullPolicy": "Always",
-            "command": [*RUNNER_ENTRY, phase], "workingDir": str(POD_WORKSPACE_ROOT),
+            "command": [*RUNNER_ENTRY, phase], "workingDir": root,
             "env": [{"name": "SVC_JOB_SPEC", "value": f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}"},
                     *env],
             "resources": RESOURCES, "securityContext": SAFE_CONTAINER, "volumeMounts": mounts}
@@ -119,7 +120,8 @@ def _env(plan: RunnerJobPlan) -> list[K8sObject]:
             for e in plan.env if e.source != "static"]
 
 
-def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[K8sObject]], list[K8sObject]]:
+def _volumes(plan: RunnerJobPlan,
+             root: str) -> tuple[dict[str, list[K8sObject]], list[K8sObject]]:
     """Volumes, and the mounts of each container."""
     volumes: list[K8sObject] = [
         {"name": "home", "emptyDir": {}}, {"name": "workspace", "emptyDir": {}},
@@ -128,7 +130,7 @@ def _volumes(plan: RunnerJobPlan) -> tuple[dict[str, list[K8sObject]], list[K8sO
                                    "items": [{"key": JOB_SPEC_KEY, "path": JOB_SPEC_KEY}]}},
     ]
     common: list[K8sObject] = [{"name": "home", "mountPath": str(POD_HOME)},
-                                    {"name": "workspace", "mountPath": str(POD_WORKSPACE_ROOT)},
+                                    {"name": "workspace", "mountPath": root},
                                     {"name": "tmp", "mountPath": "/tmp"},
                                     {"name": "job", "mountPath": POD_JOB_SPEC_DIR,
                                      "readOnly": True}]

@@ -29,6 +29,8 @@ SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION
 # Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
 ASSEMBLY_FILE = "assembly.json"
 """The runner's bounded assembly event (SPEC 6)."""
+STARTUP_FILE = "startup.json"
+"""The runner's startup event: its work-ready capability summary (SPEC 2.11, 6)."""
 JOB_SECRET_DIR = "job-secret"
 """The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
 STORAGE_FILE = "storage.json"

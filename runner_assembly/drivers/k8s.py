@@ -77,7 +77,7 @@ class KubernetesDriver:
                          self.core.create_namespaced_persistent_volume_claim,
                          self.core.read_namespaced_persistent_volume_claim)
         try:
-            body = k8s_objects.job(plan)
+            body = k8s_objects.job(plan, spec.workspace_root)
         except ValueError as error:
             raise DriverError(FailureKind.BUILD_REQUIRED, str(error)) from None
         created, adopted = self._ensure("Job", body, self.batch.create_namespaced_job,

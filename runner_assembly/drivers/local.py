@@ -25,6 +25,7 @@ from runner_assembly.assembly.names import (
     ASSEMBLY_FILE,
     CHANNEL_FILES,
     JOB_SECRET_DIR,
+    STARTUP_FILE,
     STORAGE_FILE,
 )
 from runner_assembly.drivers.protocol import (
@@ -122,6 +123,9 @@ class LocalDriver:
             write_job_secret(folder / JOB_SECRET_DIR, spec.job_secret)
             public = spec.public()
             public.pop("secret_root")  # the runner gets it as an argument: see _spawn
+            if spec.resource_bin_path:  # jobs share a machine: shims of one job per folder
+                public["resource_bin_path"] = str(Path(spec.resource_bin_path,
+                                                       spec.runner_job_id))
             volume = spec.plan.get("sessionVolume")
             if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
@@ -160,13 +164,13 @@ class LocalDriver:
         folder = self.job_dir(runner_job_id)
         report = read_json(folder / "status.json")
         if report is not None:
-            return _status_from(report, read_json(folder / ASSEMBLY_FILE))
+            return _status_from(report, folder)
         pid = self._pid(folder)
         if pid is not None and _alive(pid):
             return JobStatus(JobState.RUNNING)
         report = read_json(folder / "status.json")  # it may have finished meanwhile
         if report is not None:
-            return _status_from(report, read_json(folder / ASSEMBLY_FILE))
+            return _status_from(report, folder)
         if pid is None and folder.exists():
             return JobStatus(JobState.RUNNING)  # being created
         return JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
@@ -184,8 +188,10 @@ class LocalDriver:
             write_json_atomically(folder / "status.json", {"state": JobState.CANCELLED})
 
 
-def _status_from(report: dict[str, object], assembly: dict[str, object] | None) -> JobStatus:
+def _status_from(report: dict[str, object], folder: Path) -> JobStatus:
+    """The terminal status with the runner's assembly and startup events."""
     exit_code = report.get("exitCode")
+    assembly = read_json(folder / ASSEMBLY_FILE)
     return JobStatus(
         state=_job_state(report.get("state")),
         exit_code=exit_code if isinstance(exit_code, int) else None,
@@ -193,6 +199,7 @@ def _status_from(report: dict[str, object], assembly: dict[str, object] | None) 
         failure_message=_text(report.get("failureMessage")),
         assembly=assembly if isinstance(assembly, dict) else None,
         thread_id=_text(report.get("threadId")),
+        startup=read_json(folder / STARTUP_FILE),
     )
 
 

@@ -27,6 +27,8 @@ class JobSpec:
     thread_id: str | None = None
     """The thread to resume (None: the backend starts a new one)."""
     resource_bin_path: str | None = None
+    workspace_root: str | None = None
+    """``SVC_WORKSPACE_ROOT`` (None: the driver's default place for checkouts)."""
     job_secret: dict[str, str] = field(default_factory=dict, repr=False)
     """Values of the per-job secret: the driver stores them as a secret, nowhere else."""
 
@@ -58,6 +60,8 @@ class JobStatus:
     assembly: dict[str, object] | None = None
     thread_id: str | None = None
     """The thread the backend started or resumed, as the runner reported it."""
+    startup: dict[str, object] | None = None
+    """The runner's startup event (its work-ready capability summary), once it wrote one."""
 
     @property
     def terminal(self) -> bool:

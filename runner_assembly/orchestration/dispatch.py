@@ -23,7 +23,13 @@ from ledger.errors import DomainError, NotFound
 from ledger.events import AttemptEnd, AttemptReserved, RunEnd
 from ledger.ids import new_id
 from ledger.redaction import redact_text
-from ledger.run import CreateRun, FinishRun, RecordAssembly, RecordRunnerJob
+from ledger.run import (
+    CreateRun,
+    FinishRun,
+    RecordAssembly,
+    RecordRunnerJob,
+    RecordRunnerStartup,
+)
 from ledger.states import (
     AttemptStatus,
     FailureKind,
@@ -47,6 +53,7 @@ from ledger.task import (
 from ledger.writer import LedgerWriter, Outcome
 from projections import orchestration_queries as oq
 from projections.orchestration_queries import JobIdentity
+from runner_assembly.assembly.capability import startup_record
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
@@ -341,6 +348,7 @@ class Dispatcher:
                          "total": defaults.promptsMaxTotalBytes},
             new_thread=thread_id is None, thread_id=thread_id,
             resource_bin_path=self.settings.resource_bin_path,
+            workspace_root=self.settings.workspace_root,
             job_secret=job_secret)
 
     @staticmethod
@@ -391,12 +399,20 @@ class Dispatcher:
                                                    status.exit_code))
         if dry_run:
             return await self.writer.plan(finish)
-        if status.assembly is not None:
-            await self.writer.execute(RecordAssembly(row.run_id, status.assembly), ACTOR)
+        await self.record_runner_events(row.run_id, status)
         await self.sessions.finish(row.session_id, row.runner_job_id, status)
         await self.writer.execute(FinishRun(row.run_id, RunEnd(
             run_status_of(status.state), status.exit_code, kind, message)), ACTOR)
         return await self.writer.execute(finish, ACTOR)
+
+    async def record_runner_events(self, run_id: str, status: JobStatus) -> None:
+        """Record what the runner reported: its startup event (bounded to the SPEC 2.11
+        fields), then its assembly event. Each is recorded once."""
+        startup = startup_record(status.startup)
+        if startup is not None:
+            await self.writer.execute(RecordRunnerStartup(run_id, startup), ACTOR)
+        if status.assembly is not None:
+            await self.writer.execute(RecordAssembly(run_id, status.assembly), ACTOR)
 
     async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
         """Stop a runner job and record the run (and its session turn) as cancelled."""

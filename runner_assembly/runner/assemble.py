@@ -2,20 +2,22 @@
 
 project the profile secret → project tool credentials → materialise the bundle → copy
 bundles, prepare tools, discover skills → validate required skills → read and validate
-prompts → smoke check → write the bounded assembly event. Any step may fail with a SPEC 7
-``failureKind``; the event then records how far assembly got and why it stopped.
+prompts → smoke check and capability gaps → write the bounded assembly event. Any step may
+fail with a SPEC 7 ``failureKind``; the event then records how far assembly got and why.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ledger.redaction import redact
+from runner_assembly.assembly import workspace_root
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
-from runner_assembly.runner import bundle, projection, prompts, smoke
+from runner_assembly.runner import bundle, capabilities, projection, prompts, smoke
 from runner_assembly.runner.layout import Layout
 
 MAX_EVENT_BYTES = 64 * 1024
@@ -58,7 +60,8 @@ class Assembler:
             "sessionVolume": plan["sessionVolume"], "thread": plan.get("thread"),
             "repository": None, "bundles": [], "workspace": None, "managedOverlay": None,
             "promptRefs": [], "requiredSkills": [], "skills": [], "tools": [], "skillDirs": [],
-            "smoke": [], "transientEnv": plan["transientEnv"], "capability": plan["capability"],
+            "smoke": [], "capabilityGaps": [], "transientEnv": plan["transientEnv"],
+            "capability": plan["capability"],
             "steps": [], "valuesPrinted": False,
         }
 
@@ -81,6 +84,9 @@ class Assembler:
         self._step("project-tool-credentials")
         tool_env = {} if self.mounted else projection.project_tools(
             plan["secrets"], self.secrets, layout)
+        self._step("check-workspace")
+        workspace_root.check_checkout(layout.workspace, layout.workspace_root,
+                                      self._protected())
         layout.workspace_root.mkdir(parents=True, exist_ok=True)
         path, skill_dirs, stdin = MINIMAL_PATH, "", self.spec["prompt"]
         summary = plan["resourceBundle"]
@@ -108,7 +114,10 @@ class Assembler:
             layout.workspace.mkdir(parents=True, exist_ok=True)
             self.event["workspace"] = str(layout.workspace)
         self._step("smoke-check")
-        self.event["smoke"] = smoke.smoke_check(plan["smokeTools"], path, tools_bundle)
+        found = smoke.probe(plan["smokeTools"], path, tools_bundle)
+        self.event["smoke"] = found
+        self.event["capabilityGaps"] = capabilities.capability_gaps(plan["secrets"], found, path)
+        smoke.require(found, self.event["capabilityGaps"])
         env = self._backend_env(path, skill_dirs)
         env.update(tool_env)
         if not self.mounted:
@@ -118,6 +127,21 @@ class Assembler:
             env.update(job_env)
         self._step("start-backend")
         return Launch(env=env, stdin=stdin)
+
+    def _protected(self) -> list[workspace_root.Protected]:
+        """What no checkout may overwrite: the secret projection, the runtime home and the
+        session directory (``/app`` is always protected)."""
+        layout = self.layout
+        protected = [("the secret projection", self.secrets.root),
+                     ("the secret projection", self.job_secret_dir),
+                     ("the runtime home", layout.backend_home),
+                     ("the session directory", layout.session_dir)]
+        protected += [("the secret projection", layout.home_path(use["mountPath"]))
+                      for use in self.plan["secrets"]
+                      if use["role"] == "tool" and use["projection"] == "volume"]
+        if self.spec.get("volume_dir"):
+            protected.append(("the session directory", Path(self.spec["volume_dir"])))
+        return protected
 
     def _record_bundle(self, summary: dict[str, Any], made: bundle.Materialized) -> None:
         self.event.update({
@@ -143,7 +167,8 @@ class Assembler:
             if tool["executable"]:
                 name = str(tool["name"])
                 shim = shims / name
-                shim.write_text(f"#!/bin/sh\nexec '{made.tool_dir / name}' \"$@\"\n")
+                shim.write_text(f"#!/bin/sh\nexec {shlex.quote(str(made.tool_dir / name))} "
+                                '"$@"\n')
                 shim.chmod(0o755)
         return str(shims)
 

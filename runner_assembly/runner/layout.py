@@ -52,7 +52,10 @@ class Layout:
         return self.home / relative
 
 
-def local_layout(job_dir: Path, workspace_key: str, rollout_subdir: str) -> Layout:
-    """The layout of a local job: ``<job>/home`` and ``<job>/workspaces``."""
-    return Layout(home=job_dir / "home", workspace_root=job_dir / "workspaces",
+def local_layout(job_dir: Path, workspace_key: str, rollout_subdir: str,
+                 workspace_root: str | None = None) -> Layout:
+    """The layout of a local job: ``<job>/home``, and ``<job>/workspaces`` or, with a
+    workspace root, ``<root>/<runnerJobId>`` (jobs never share a checkout)."""
+    root = Path(workspace_root) / job_dir.name if workspace_root else job_dir / "workspaces"
+    return Layout(home=job_dir / "home", workspace_root=root,
                   workspace_key=workspace_key, rollout_subdir=rollout_subdir)

@@ -5,11 +5,12 @@
 Runs the runner's assembly steps (:mod:`runner_assembly.runner.assemble`), writes the bounded
 assembly event to ``assembly.json``, runs the backend command in the workspace with the
 prompt on standard input and an explicit environment, and reports the terminal status in
-``status.json``. The session volume (a directory) is linked at
-``${BACKEND_HOME}/<rollout_subdir>``; after the backend the runner writes the volume summary
-to ``storage.json``. Runner events go to ``trace.jsonl``. Secret values are copied, never
-printed: every line the job writes out is masked by value first
-(:mod:`runner_assembly.runner.masking`).
+``status.json``. Before anything else it writes its startup event (the work-ready
+capability summary, :mod:`runner_assembly.runner.startup`) to ``startup.json``. The session
+volume (a directory) is linked at ``${BACKEND_HOME}/<rollout_subdir>``; after the backend
+the runner writes the volume summary to ``storage.json``. Runner events go to
+``trace.jsonl``. Secret values are copied, never printed: every line the job writes out is
+masked by value first (:mod:`runner_assembly.runner.masking`).
 The secret root comes as an argument, never in ``spec.json``; with ``--bwrap`` the backend
 runs in the job's sandbox (:mod:`runner_assembly.runner.sandbox`).
 """
@@ -31,15 +32,18 @@ from runner_assembly.assembly.names import (
     ASSEMBLY_FILE,
     CHANNEL_FILES,
     JOB_SECRET_DIR,
+    STARTUP_FILE,
     STORAGE_FILE,
 )
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.jobfiles import write_json_atomically
+from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume, summarize
+from runner_assembly.runner.startup import startup_event
 
 BLOCKER_FILE = ".svc-blocker"
 """A backend names a SPEC 7 blocker kind in this file (e.g. a missing thread rollout)."""
@@ -61,8 +65,12 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     the status report."""
     spec = json.loads((folder / "spec.json").read_text())
     plan = spec["plan"]
+    started = startup_event(plan)
+    write_json_atomically(folder / STARTUP_FILE, started)
+    trace(folder, "runner-started", capability=started)
     volume = plan["sessionVolume"] or {}
-    layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"))
+    layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"),
+                          spec.get("workspace_root"))
     if spec.get("volume_dir"):
         link_volume(layout, Path(spec["volume_dir"]))
     assembler = Assembler(spec, layout, SecretSource(secret_root, MASKER),
@@ -78,6 +86,10 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
         write_json_atomically(folder / ASSEMBLY_FILE, assembler.bounded_event())
     trace(folder, "assembled", steps=assembler.event["steps"])
     (folder / "prompt.txt").write_text(launch.stdin)
+    try:
+        check_backend_launch(spec["backend_command"], layout.workspace)
+    except AssemblyFailure as failure:
+        return _spawn_failed(folder, failure)
     thread = plan.get("thread") or {}
     trace(folder, "backend-start", thread=thread.get("mode", "start"),
           threadId=thread.get("threadId"), sandbox="bwrap" if bwrap else "off")
@@ -97,8 +109,8 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
             code = backend.wait()
             relays.join()
     except OSError as error:
-        return {"state": JobState.FAILED, "failureKind": FailureKind.INFRA_FAILED,
-                "failureMessage": f"backend command could not start: {error.strerror}"}
+        return _spawn_failed(folder, spawn_failure(error, spec["backend_command"],
+                                                   layout.workspace))
     report = _outcome(layout, code)
     report["threadId"] = _thread(layout, spec.get("thread_id"))
     trace(folder, "backend-exit", exitCode=code, threadId=report["threadId"],
@@ -106,6 +118,13 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
     if spec.get("volume_dir"):
         write_json_atomically(folder / STORAGE_FILE, summarize(Path(spec["volume_dir"]), volume))
     return report
+
+
+def _spawn_failed(folder: Path, failure: AssemblyFailure) -> dict[str, object]:
+    """The backend could not start: traced, and reported with its failure kind."""
+    trace(folder, "backend-spawn-failed", failureKind=failure.kind, details=failure.details)
+    return {"state": job_state_of_failure(failure.kind), "failureKind": failure.kind,
+            "failureMessage": failure.message}
 
 
 def _outcome(layout: Layout, code: int) -> dict[str, object]:

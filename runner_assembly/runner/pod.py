@@ -21,9 +21,11 @@ from typing import Any
 from runner_assembly.assembly import names
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.launch import check_backend_launch
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
+from runner_assembly.runner.startup import startup_event
 
 STATE_DIR = Path(names.POD_HOME) / ".svc"
 
@@ -33,12 +35,14 @@ def assemble(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     plan = spec["plan"]
     volume = plan["sessionVolume"] or {}
-    layout = Layout(home=Path(names.POD_HOME), workspace_root=Path(names.POD_WORKSPACE_ROOT),
+    layout = Layout(home=Path(names.POD_HOME),
+                    workspace_root=Path(spec.get("workspace_root") or names.POD_WORKSPACE_ROOT),
                     workspace_key=plan["workspaceKey"],
                     rollout_subdir=volume.get("rolloutSubdir", "sessions"))
     assembler = Assembler(spec, layout, SecretSource(Path(names.POD_SECRETS_ROOT)),
                           Path(names.POD_JOB_SPEC_DIR), mounted=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
+    (STATE_DIR / names.STARTUP_FILE).write_text(json.dumps(startup_event(plan)))
     try:
         launch = assembler.run()
     except AssemblyFailure as failure:
@@ -62,6 +66,11 @@ def backend(spec_path: Path) -> int:
     for entry in plan["env"]:
         if entry["source"] != "static" and entry["name"] in os.environ:
             env[entry["name"]] = os.environ[entry["name"]]
+    try:
+        check_backend_launch(launch["command"], Path(launch["workspace"]))
+    except AssemblyFailure as failure:
+        print(json.dumps({"failureKind": failure.kind}), file=sys.stderr)
+        return 3
     masker = Masker()
     register_pod_secrets(masker, plan, env)
     with (STATE_DIR / "prompt.txt").open("rb") as stdin, \

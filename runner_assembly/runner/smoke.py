@@ -1,4 +1,9 @@
-"""The runner smoke check (SPEC 8): required tools on the backend's PATH, checked fast."""
+"""The runner smoke check (SPEC 8): required tools on the backend's PATH, checked fast.
+
+SPEC 8's list is every tool of the runner image (``bun``, ``node``, ``npm``, ``git``,
+``ssh``, the code-host CLI, ``rg``, ``curl``, ``kubectl``) and, once a tools bundle is
+assembled, ``tran``, ``trans`` and ``apply_patch``.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,27 @@ from runner_assembly.assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
 from runner_assembly.assembly.failures import AssemblyFailure
 
 
-def smoke_check(tools: list[str], path: str, tools_bundle: bool) -> list[dict[str, object]]:
-    """Each required tool with whether it was found; ``infra-failed`` if any is missing."""
+def probe(tools: list[str], path: str, tools_bundle: bool) -> list[dict[str, object]]:
+    """Each required tool, in order, with whether it is on ``path``."""
     wanted = list(dict.fromkeys([*tools, *(TOOLS_BUNDLE_SMOKE_TOOLS if tools_bundle else ())]))
-    found = [{"name": tool, "found": shutil.which(tool, path=path) is not None}
-             for tool in wanted]
+    return [{"name": tool, "found": shutil.which(tool, path=path) is not None}
+            for tool in wanted]
+
+
+def require(found: list[dict[str, object]], gaps: list[dict[str, object]]) -> None:
+    """Fail fast: ``infra-failed`` (SPEC 7) when a base tool is missing, else
+    ``capability-gap`` (SPEC 5.2 rule 7) when only shell capabilities are."""
     missing = [str(t["name"]) for t in found if not t["found"]]
-    if missing:
+    gap_tools = {str(g["tool"]) for g in gaps}
+    base = [name for name in missing if name not in gap_tools]
+    if base:
         raise AssemblyFailure(FailureKind.INFRA_FAILED,
                               f"smoke check: missing tools {', '.join(missing)}",
-                              details={"missing": missing})
-    return found
+                              details={"missing": missing, **({"capabilityGaps": gaps}
+                                                              if gaps else {})})
+    if gaps:
+        named = ", ".join(sorted({f"{g['capability']} ({g['tool']})" for g in gaps}))
+        raise AssemblyFailure(FailureKind.CAPABILITY_GAP,
+                              f"assembly capability gap: {named} missing from the runtime",
+                              details={"capabilityGaps": gaps})
+
