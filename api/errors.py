@@ -45,7 +45,8 @@ CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-all
 
 
 def envelope(code: str, message: str, details: dict[str, Any] | None = None,
-             status: int | None = None) -> Response[bytes]:
+             status: int | None = None,
+             headers: dict[str, str] | None = None) -> Response[bytes]:
     """An error response; message and details pass through the redaction function."""
     body = {"error": {"code": code, "message": redact_text(message).splitlines()[0][:500],
                       "details": redact(details or {})}}
@@ -53,6 +54,7 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None,
         content=msgspec.json.encode(body),
         status_code=status or STATUS_BY_CODE.get(code, 400),
         media_type="application/json",
+        headers=headers,
     )
 
 
@@ -83,7 +85,9 @@ def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Respo
         code = CODE_BY_STATUS.get(status, "invalid-request" if status < 500 else "infra-failed")
         message = {404: "no such route", 405: "method not allowed on this route",
                    413: "request body too large"}.get(status, str(error.detail))
-        return envelope(code, message, {"path": request.url.path}, status)
+        allow = (error.headers or {}).get("allow") if status == 405 else None
+        return envelope(code, message, {"path": request.url.path}, status,
+                        {"allow": allow} if allow else None)
     if is_outage(error):
         log.warning("database unreachable on %s %s: %s", request.method, request.url.path,
                     redact_text(repr(error)))
