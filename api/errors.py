@@ -86,8 +86,9 @@ def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Respo
         message = {404: "no such route", 405: "method not allowed on this route",
                    413: "request body too large"}.get(status, str(error.detail))
         allow = (error.headers or {}).get("allow") if status == 405 else None
+        methods = ", ".join(sorted(m.strip() for m in allow.split(","))) if allow else None
         return envelope(code, message, {"path": request.url.path}, status,
-                        {"allow": allow} if allow else None)
+                        {"allow": methods} if methods else None)
     if is_outage(error):
         log.warning("database unreachable on %s %s: %s", request.method, request.url.path,
                     redact_text(repr(error)))
