@@ -54,14 +54,14 @@ def test_schemathesis_with_all_checks_finds_nothing(fuzz_api: str, tmp_path: Pat
     """Every phase (examples, coverage, fuzzing, stateful) and every check, bodies included,
     plus the error-envelope check of ``tests/schemathesis_hooks.py``: no 5xx, no answer
     outside the document, no valid input refused, no invalid input taken."""
-    examples = os.environ.get("SVC_FUZZ_EXAMPLES", "6")
+    examples = os.environ.get("SVC_FUZZ_EXAMPLES", "4")
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
            "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
     run = subprocess.run(
-        [str(Path(sys.executable).parent / "schemathesis"), "run", fuzz_api + SCHEMA_PATH,
-         "--checks", "all", "--max-examples", examples, "--seed", "17",
-         "--generation-deterministic", "--no-color",
-         "--report-dir", str(tmp_path)],
+        [str(Path(sys.executable).parent / "schemathesis"), "--config-file",
+         str(ROOT / "tests" / "schemathesis.toml"), "run", fuzz_api + SCHEMA_PATH,
+         "--checks", "all", "--max-examples", examples, "--seed", "17", "--workers", "2",
+         "--no-color", "--report-dir", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
 
