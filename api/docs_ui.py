@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import swagger_ui
 from litestar import Request, Router, get
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
+from litestar.params import PathParameter
 from litestar.response import File
 
 from api.openapi import complete
@@ -66,7 +67,7 @@ class LocalSwaggerUI(OpenAPIRenderPlugin):
 
 
 @get("/assets/{name:str}", include_in_schema=False, sync_to_thread=False)
-def asset(name: str) -> File:
+def asset(name: Annotated[str, PathParameter(max_length=64)]) -> File:
     """One of the page's files; nothing else of the package is served."""
     if name not in ASSETS:
         raise NotFoundException("no such asset")
