@@ -62,7 +62,7 @@ def test_schemathesis_with_all_checks_finds_nothing(fuzz_api: str, tmp_path: Pat
          str(ROOT / "tests" / "schemathesis.toml"), "run", fuzz_api + SCHEMA_PATH,
          "--checks", "all", "--max-examples", examples, "--seed", "17", "--workers", "2",
          "--no-color", "--report-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
 
 
