@@ -64,10 +64,16 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
             for status in statuses}
 
 
-_DESCRIPTIONS = {400: "invalid-request or schema-invalid", 404: "not-found",
-                 405: "method-not-allowed", 409: "a conflict with the current state",
-                 413: "payload-too-large", 422: "refused for an assembly reason",
-                 503: "infra-failed"}
+_DESCRIPTIONS = {
+    400: "invalid-request (malformed JSON, wrong types, unknown fields, bad parameters), "
+         "schema-invalid (SPEC 7) or credential-in-request",
+    404: "not-found", 405: "method-not-allowed (header Allow lists the path's methods)",
+    409: "invalid-transition, task-not-retryable, idempotency-conflict or "
+         "stream-version-conflict",
+    413: "payload-too-large (bodies over 1 MiB)",
+    422: "secret-unavailable, tenant-policy-denied, prompt-unavailable, prompt-too-large, "
+         "required-skill-unavailable, session-store-evicted or build-required",
+    503: "infra-failed, commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt"}
 READ_ERRORS = error_responses(400, 404, 503)
 WRITE_ERRORS = error_responses(400, 404, 409, 413, 422, 503)
 
