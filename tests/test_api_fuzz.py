@@ -3,6 +3,7 @@ plus hand-picked hostile inputs: none may produce a 5xx, every 4xx is in the env
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,10 @@ from tests.support import replay_report, task_body, unique_name, with_database
 
 SCHEMA_PATH = "/api/v1/schema/openapi.json"
 ROOT = Path(__file__).resolve().parent.parent
+RUNTIME_DEFAULTS = {"extSshEndpoints": {"EXT_MAIN_SERVER_HOST": "main.internal"}}
+"""The operator's defaults give ``ext-ssh`` its endpoint (as README's example does): without
+one, dispatching a task that asks for ``ext-ssh`` is refused for the operator's missing
+configuration, not for the request's shape."""
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +39,10 @@ async def fuzz_database(server_url: str, template_url: str) -> AsyncIterator[str
 async def fuzz_api(fuzz_database: str,
                    tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     """A real ``svc serve`` on that database, shared by this module."""
-    async with running_api(fuzz_database, tmp_path_factory.mktemp("fuzz")) as base:
+    folder = tmp_path_factory.mktemp("fuzz")
+    (folder / "defaults.json").write_text(json.dumps(RUNTIME_DEFAULTS))
+    async with running_api(fuzz_database, folder,
+                           {"SVC_RUNTIME_DEFAULTS": str(folder / "defaults.json")}) as base:
         yield base
 
 
