@@ -68,7 +68,8 @@ def test_schemathesis_with_all_checks_finds_nothing(fuzz_api: str, tmp_path: Pat
     run = subprocess.run(
         [str(Path(sys.executable).parent / "schemathesis"), "--config-file",
          str(ROOT / "tests" / "schemathesis.toml"), "run", fuzz_api + SCHEMA_PATH,
-         "--checks", "all", "--max-examples", examples, "--seed", "17", "--workers", "2",
+         "--checks", "all", "--max-examples", examples, "--workers", "2",
+         "--seed", os.environ.get("SVC_FUZZ_SEED", "17"),
          "--no-color", "--report-dir", str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
