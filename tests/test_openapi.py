@@ -7,14 +7,19 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
+import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from openapi_spec_validator import validate as validate_openapi
 
 from api import examples
 from api.docs_ui import ASSETS, assets_dir
+from ledger.errors import DomainError
 from projections.queries import CURSOR_PATTERN
+from runner_assembly.assembly import model
 from tests.support import task_body
 
 Client = AsyncTestClient  # type: ignore[type-arg]
@@ -224,3 +229,37 @@ async def test_a_task_command_on_a_session_s_id_is_not_found(client: Client) -> 
         assert response.json()["error"]["code"] == "not-found"
     session = await client.get("/api/v1/sessions/0")
     assert session.status_code == 200, session.text
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.from_regex(model.REPO_URL_SCHEMA["pattern"], fullmatch=True))
+def test_a_repo_url_the_document_allows_is_accepted(url: str) -> None:
+    model.check_repo_url(url, "repoUrl")
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.one_of(st.text(max_size=30), st.from_regex(r"[a./\\%2eE]{0,12}", fullmatch=True)))
+def test_the_relative_path_pattern_is_exactly_the_check(path: str) -> None:
+    allowed = re.fullmatch(model.RELATIVE_PATH_SCHEMA["pattern"], path) is not None
+    try:
+        model.check_relative_path(path, "path")
+        accepted = True
+    except DomainError:
+        accepted = False
+    assert allowed == accepted, path
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True),
+                 st.sampled_from(sorted(model.CREDENTIAL_NAMES | model.RESERVED_NAMES)),
+                 st.from_regex(r"SVC_[A-Z]{1,5}|[A-Z]{1,5}_(PRIVATE_KEY|PASSWORD)",
+                               fullmatch=True)))
+def test_the_transient_name_schema_is_exactly_the_check(name: str) -> None:
+    allowed = jsonschema.Draft202012Validator(
+        {"pattern": r"^[A-Z_][A-Z0-9_]*$", **model.TRANSIENT_NAME_SCHEMA}).is_valid(name)
+    try:
+        model.check_names({name: "x"})
+        accepted = True
+    except DomainError:
+        accepted = False
+    assert allowed == accepted, name
