@@ -50,12 +50,14 @@ class Body:
     required: bool
     example: Any
     description: str = ""
+    empty_object: bool = False
 
 
-def body(kind: type[Any], example: Any, *, required: bool = True,
-         description: str = "") -> dict[str, Any]:
-    """``opt`` of a route that reads a JSON body of ``kind``."""
-    return {BODY_KEY: Body(kind, required, example, description)}
+def body(kind: type[Any], example: Any, *, required: bool = True, description: str = "",
+         empty_object: bool = False) -> dict[str, Any]:
+    """``opt`` of a route that reads a JSON body of ``kind`` (or, with ``empty_object``,
+    ``{}``)."""
+    return {BODY_KEY: Body(kind, required, example, description, empty_object)}
 
 
 def also_ok(description: str) -> dict[str, Any]:
@@ -106,6 +108,8 @@ def _request_body(spec: Body, schemas: dict[str, Any]) -> dict[str, Any]:
             if schemas.get(name, component) != component:
                 raise ValueError(f"two different OpenAPI schemas are named {name}")
             schemas[name] = component
+    if spec.empty_object:
+        schema = {"anyOf": [schema, {"type": "object", "maxProperties": 0}]}
     media: dict[str, Any] = {"schema": schema, "example": spec.example}
     answer: dict[str, Any] = {"required": spec.required, "content": {"application/json": media}}
     if spec.description:

@@ -8,6 +8,7 @@ records an ended job), so what it answers is current.
 
 from __future__ import annotations
 
+import msgspec
 from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
@@ -96,7 +97,7 @@ class SessionController(Controller):
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
           responses=WRITE_ERRORS, opt=body(
-              sw.StorageSummaryBody, examples.STORAGE, required=False,
+              sw.StorageSummaryBody, examples.STORAGE, required=False, empty_object=True,
               description="The runner's volume summary; empty or {}: take the summary "
                           "the session's latest runner job wrote back."))
     async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
@@ -104,8 +105,18 @@ class SessionController(Controller):
         """Record the runner's volume summary: the body a runner posts, or (empty body)
         the summary the session's latest runner job wrote back."""
         raw = await request.body()
-        body = read_summary(raw) if raw.strip() not in (b"", b"{}") else None
+        body = None if is_empty_object(raw) else read_summary(raw)
         return await session_api.refresh_storage(session_id, body)
+
+
+def is_empty_object(raw: bytes) -> bool:
+    """An empty body, or any spelling of ``{}``."""
+    if not raw.strip():
+        return True
+    try:
+        return bool(msgspec.json.decode(raw) == {})
+    except msgspec.DecodeError:
+        return False
 
 
 def read_summary(raw: bytes) -> sw.StorageSummaryBody:

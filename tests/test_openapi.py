@@ -263,3 +263,17 @@ def test_the_transient_name_schema_is_exactly_the_check(name: str) -> None:
     except DomainError:
         accepted = False
     assert allowed == accepted, name
+
+
+async def test_storage_refresh_takes_any_spelling_of_the_empty_object(client: Client) -> None:
+    """The document allows ``{}`` there (maxProperties 0), so ``{ }`` is the same body."""
+    created = await client.post("/api/v1/sessions", json={})
+    assert created.status_code == 201, created.text
+    path = f"/api/v1/sessions/{created.json()['sessionId']}/storage/refresh"
+    answers = [await client.post(path, content=raw,
+                                 headers={"content-type": "application/json"})
+               for raw in (b"{}", b"{ }", b" {\n} ")]
+    assert {a.status_code for a in answers} == {answers[0].status_code}, [a.text for a in answers]
+    assert answers[0].status_code < 500 and answers[0].status_code != 400, answers[0].text
+    partial = await client.post(path, json={"storageSizeBytes": 1})
+    assert partial.status_code == 400
