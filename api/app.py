@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 import asyncpg
 from litestar import Litestar
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
 
+from api.allow import allow_middleware
 from api.attempt_routes import AttemptController
+from api.docs_ui import openapi_config
 from api.errors import handle_exception
 from api.health import health, metrics, ready
 from api.manifest_routes import validate_manifest
@@ -25,7 +26,6 @@ from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
-from ledger.version import VERSION
 from ledger.writer import LedgerWriter
 from projections.store import project
 from runner_assembly.drivers import faults, make_driver
@@ -148,11 +148,11 @@ def create_app(database_url: str, *, pool_size: int = 10,
                         SessionController, RunCommandController,
                         validate_manifest, health, ready, metrics],
         dependencies=services.provide(),
-        middleware=[middleware(observed)],
+        middleware=[middleware(observed), allow_middleware],
         lifespan=[lifespan],
         exception_handlers={Exception: handle_exception},
         request_max_body_size=MAX_BODY_BYTES,
-        openapi_config=OpenAPIConfig(title="svc", version=VERSION, path="/api/v1/schema"),
+        openapi_config=openapi_config(),
         logging_config=None,  # JSON logs are configured by `svc serve`
         debug=False,
     )

@@ -5,9 +5,10 @@ from __future__ import annotations
 from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
-from api import wire
+from api import examples, wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.openapi import also_ok, body
 from api.params import AttemptId, DryRunFlag, HttpRequest, Limit, QueueDep, RetryCursor, TaskId
 from runner_assembly.assembly import model
 
@@ -18,7 +19,8 @@ class AttemptController(Controller):
     path = "/api/v1/queue/tasks/{task_id:str}"
     tags = ("queue",)
 
-    @post("/dispatch", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
+    @post("/dispatch", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
+          opt=body(wire.DispatchBody, examples.DISPATCH, required=False))
     async def dispatch(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
@@ -38,7 +40,9 @@ class AttemptController(Controller):
         return await queue_api.attempts(task_id, cursor, limit)
 
     @post("/attempts/{attempt_id:str}/judge", status_code=HTTP_201_CREATED,
-          responses=WRITE_ERRORS)
+          responses=WRITE_ERRORS,
+          opt=body(wire.JudgeBody, examples.JUDGE)
+          | also_ok("dry run, or the original record of the same verdict sent again"))
     async def judge(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                     attempt_id: AttemptId, dry_run: DryRunFlag = False
                     ) -> Response[wire.JudgeRun | wire.DryRun]:
@@ -46,7 +50,8 @@ class AttemptController(Controller):
         body = await read_body(request, wire.JudgeBody)
         return await queue_api.judge(task_id, attempt_id, body, dry_run)
 
-    @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
+    @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
+          opt=body(wire.RetryBody, examples.RETRY))
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                     dry_run: DryRunFlag = False) -> wire.Attempt | wire.DryRun:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,7 +49,11 @@ def decode(raw: bytes, kind: type[T], *, empty_ok: bool, gate: Gate | None = Non
         else:
             raise InvalidRequest("a JSON object body is required")
     if gate is None:
-        value = _parse(raw, kind)
+        try:
+            value = _decoder(kind).decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError,
+                UnicodeDecodeError):
+            value = convert(_parse(raw, Any), kind)
         check_strings(msgspec.to_builtins(value))
         return value
     document: Any = _parse(raw, Any)
@@ -67,11 +72,48 @@ def _parse(raw: bytes, kind: type[T]) -> T:
 
 
 def convert(value: Any, kind: type[T]) -> T:
-    """Convert decoded JSON into ``kind`` or raise ``invalid-request`` naming the problem."""
-    try:
-        return msgspec.convert(value, kind)
-    except msgspec.ValidationError as error:
-        raise InvalidRequest(f"invalid body: {error}") from None
+    """Convert decoded JSON into ``kind`` or raise ``invalid-request`` naming the problem.
+
+    A JSON number with a zero fraction (``43.0``, ``1e2``) is an integer in JSON Schema, so
+    an integer field takes it; nothing else of the body is touched.
+    """
+    for _ in range(MAX_INTEGRAL_FIXES):
+        try:
+            return msgspec.convert(value, kind)
+        except msgspec.ValidationError as error:
+            fixed = _integral_float_as_int(value, str(error))
+            if fixed is None:
+                raise InvalidRequest(f"invalid body: {error}") from None
+            value = fixed
+    raise InvalidRequest("invalid body: too many integers written as fractions")
+
+
+MAX_INTEGRAL_FIXES = 64
+_FLOAT_FOR_INT = re.compile(r"^Expected `int`, got `float` - at `\$((?:\.\w+|\[\d+\])*)`$")
+_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+def _integral_float_as_int(document: Any, error: str) -> Any | None:
+    """``document`` with the integral float the error points at made an int, else None."""
+    match = _FLOAT_FOR_INT.match(error)
+    if match is None:
+        return None
+    steps: list[str | int] = [name if name else int(index)
+                              for name, index in _STEP.findall(match.group(1))]
+    return _replace(document, steps)
+
+
+def _replace(node: Any, steps: list[str | int]) -> Any | None:
+    if not steps:
+        return int(node) if isinstance(node, float) and node.is_integer() else None
+    step, rest = steps[0], steps[1:]
+    if isinstance(step, str) and isinstance(node, dict) and step in node:
+        child = _replace(node[step], rest)
+        return None if child is None else {**node, step: child}
+    if isinstance(step, int) and isinstance(node, list) and step < len(node):
+        child = _replace(node[step], rest)
+        return None if child is None else [*node[:step], child, *node[step + 1:]]
+    return None
 
 
 async def read_body(request: Request[object, object, State], kind: type[T], *,

@@ -45,7 +45,8 @@ CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-all
 
 
 def envelope(code: str, message: str, details: dict[str, Any] | None = None,
-             status: int | None = None) -> Response[bytes]:
+             status: int | None = None,
+             headers: dict[str, str] | None = None) -> Response[bytes]:
     """An error response; message and details pass through the redaction function."""
     body = {"error": {"code": code, "message": redact_text(message).splitlines()[0][:500],
                       "details": redact(details or {})}}
@@ -53,6 +54,7 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None,
         content=msgspec.json.encode(body),
         status_code=status or STATUS_BY_CODE.get(code, 400),
         media_type="application/json",
+        headers=headers,
     )
 
 
@@ -62,10 +64,16 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
             for status in statuses}
 
 
-_DESCRIPTIONS = {400: "invalid-request or schema-invalid", 404: "not-found",
-                 405: "method-not-allowed", 409: "a conflict with the current state",
-                 413: "payload-too-large", 422: "refused for an assembly reason",
-                 503: "infra-failed"}
+_DESCRIPTIONS = {
+    400: "invalid-request (malformed JSON, wrong types, unknown fields, bad parameters), "
+         "schema-invalid (SPEC 7) or credential-in-request",
+    404: "not-found", 405: "method-not-allowed (header Allow lists the path's methods)",
+    409: "invalid-transition, task-not-retryable, idempotency-conflict or "
+         "stream-version-conflict",
+    413: "payload-too-large (bodies over 1 MiB)",
+    422: "secret-unavailable, tenant-policy-denied, prompt-unavailable, prompt-too-large, "
+         "required-skill-unavailable, session-store-evicted or build-required",
+    503: "infra-failed, commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt"}
 READ_ERRORS = error_responses(400, 404, 503)
 WRITE_ERRORS = error_responses(400, 404, 409, 413, 422, 503)
 
@@ -83,7 +91,10 @@ def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Respo
         code = CODE_BY_STATUS.get(status, "invalid-request" if status < 500 else "infra-failed")
         message = {404: "no such route", 405: "method not allowed on this route",
                    413: "request body too large"}.get(status, str(error.detail))
-        return envelope(code, message, {"path": request.url.path}, status)
+        allow = (error.headers or {}).get("allow") if status == 405 else None
+        methods = ", ".join(sorted(m.strip() for m in allow.split(","))) if allow else None
+        return envelope(code, message, {"path": request.url.path}, status,
+                        {"allow": methods} if methods else None)
     if is_outage(error):
         log.warning("database unreachable on %s %s: %s", request.method, request.url.path,
                     redact_text(repr(error)))

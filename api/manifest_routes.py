@@ -6,8 +6,10 @@ import msgspec
 from litestar import post
 from litestar.status_codes import HTTP_200_OK
 
+from api import examples
 from api.body import read_body
 from api.errors import WRITE_ERRORS
+from api.openapi import ANY_JSON, body
 from api.params import HttpRequest
 from manifests.validate import violations
 
@@ -27,7 +29,10 @@ class ManifestReport(msgspec.Struct):
 
 
 @post("/api/v1/manifests/validate", status_code=HTTP_200_OK, tags=["manifests"],
-      responses=WRITE_ERRORS)
+      responses=WRITE_ERRORS, opt=body(
+          ANY_JSON, examples.MANIFEST,
+          description="Any JSON value; a deployment manifest (SPEC 2.12) is valid when it "
+                      "matches manifests/deployment-manifest.schema.json."))
 async def validate_manifest(request: HttpRequest) -> ManifestReport:
     """Validate the manifest in the body; a malformed body is ``invalid-request``."""
     document = await read_body(request, object)

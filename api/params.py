@@ -31,7 +31,7 @@ QueueQuery = Annotated[str | None, QueryParameter(name="queue", max_length=128,
 ReaderQuery = Annotated[str | None, QueryParameter(name="readerId", max_length=128,
                                               pattern=wire.IDENTIFIER_PATTERN)]
 DryRunFlag = Annotated[bool, QueryParameter(name="dryRun")]
-Cursor = Annotated[str | None, QueryParameter(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+Cursor = Annotated[str | None, QueryParameter(max_length=19, pattern=queries.CURSOR_PATTERN)]
 TaskStateQuery = Annotated[TaskStatus | None, QueryParameter(name="state")]
 UpdatedAfter = Annotated[int | None, QueryParameter(name="updatedAfter", ge=0,
                                                     le=queries.MAX_SEQ)]

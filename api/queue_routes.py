@@ -8,9 +8,10 @@ from litestar import Controller, Response, get, post
 from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
-from api import wire
+from api import examples, wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.openapi import also_ok, body
 from api.params import (
     CommanderLimit,
     Cursor,
@@ -38,7 +39,9 @@ class QueueController(Controller):
     path = "/api/v1/queue"
     tags = ("queue",)
 
-    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
+    @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          opt=body(wire.SubmitBody, examples.SUBMIT)
+          | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key"))
     async def submit(self, request: HttpRequest, queue_api: QueueDep,
                      dry_run: DryRunFlag = False,
                      idempotency_key: IdempotencyKey = None
@@ -65,8 +68,8 @@ class QueueController(Controller):
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
         return await queue_api.task_detail(task_id)
 
-    @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK,
-          responses=WRITE_ERRORS)
+    @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
+          opt=body(wire.CancelBody, examples.CANCEL, required=False))
     async def cancel(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -74,7 +77,8 @@ class QueueController(Controller):
         reason = body.reason or None
         return await queue_api.cancel(task_id, reason, dry_run)
 
-    @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
+    @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
+          opt=body(wire.ReadBody, examples.READ))
     async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""

@@ -8,13 +8,15 @@ records an ended job), so what it answers is current.
 
 from __future__ import annotations
 
+import msgspec
 from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
+from api import examples, wire
 from api import session_wire as sw
-from api import wire
 from api.body import decode, read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.openapi import also_ok, body
 from api.params import (
     AfterSeq,
     Cursor,
@@ -40,7 +42,9 @@ class SessionController(Controller):
     path = "/api/v1/sessions"
     tags = ("sessions",)
 
-    @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
+    @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          opt=body(sw.SessionCreateBody, examples.SESSION_CREATE, required=False)
+          | also_ok("dry run: the plan, nothing created"))
     async def create(self, request: HttpRequest, session_api: SessionDep,
                      dry_run: DryRunFlag = False) -> Response[sw.SessionDetail | wire.DryRun]:
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
@@ -75,14 +79,16 @@ class SessionController(Controller):
         """Trace lines (runner events) after ``afterSeq``."""
         return await session_api.lines(session_id, "trace", after_seq, limit)
 
-    @post("/{session_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
+    @post("/{session_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
+          opt=body(sw.SessionReadBody, examples.SESSION_READ, required=False))
     async def read(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
         body = await read_body(request, sw.SessionReadBody, empty_ok=True)
         return await session_api.read(session_id, body.reader_id, dry_run)
 
-    @post("/{session_id:str}/control", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
+    @post("/{session_id:str}/control", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
+          opt=body(sw.ControlBody, examples.CONTROL))
     async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
@@ -90,14 +96,27 @@ class SessionController(Controller):
         return await session_api.cancel(session_id, body.reason, dry_run)
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
-          responses=WRITE_ERRORS)
+          responses=WRITE_ERRORS, opt=body(
+              sw.StorageSummaryBody, examples.STORAGE, required=False, empty_object=True,
+              description="The runner's volume summary; empty or {}: take the summary "
+                          "the session's latest runner job wrote back."))
     async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
                               session_id: SessionId) -> sw.SessionDetail:
         """Record the runner's volume summary: the body a runner posts, or (empty body)
         the summary the session's latest runner job wrote back."""
         raw = await request.body()
-        body = read_summary(raw) if raw.strip() not in (b"", b"{}") else None
+        body = None if is_empty_object(raw) else read_summary(raw)
         return await session_api.refresh_storage(session_id, body)
+
+
+def is_empty_object(raw: bytes) -> bool:
+    """An empty body, or any spelling of ``{}``."""
+    if not raw.strip():
+        return True
+    try:
+        return bool(msgspec.json.decode(raw) == {})
+    except msgspec.DecodeError:
+        return False
 
 
 def read_summary(raw: bytes) -> sw.StorageSummaryBody:
@@ -111,7 +130,9 @@ class RunCommandController(Controller):
     path = "/api/v1/runs/{run_id:str}/commands"
     tags = ("runs", "sessions")
 
-    @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS)
+    @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          opt=body(sw.CommandBody, examples.COMMAND)
+          | also_ok("dry run (the plan), or the command already added under this commandId"))
     async def add(self, request: HttpRequest, session_api: SessionDep, run_id: RunId,
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's

@@ -53,7 +53,9 @@ def utc_now() -> datetime:
 async def load_states(conn: DbConnection, commands: Sequence[Command]) -> dict[str, Any]:
     """Fold each addressed stream into ``(state, stream_version)``.
 
-    Commands that create their stream (``creates_stream``) start from nothing, unread.
+    Commands that create their stream (``creates_stream``) start from nothing, unread. A
+    stream of another type under the same id (a session named like a task) is not this
+    command's stream: its state is nothing (not found), at its real version.
     """
     existing = {c.stream_id for c in commands if not getattr(c, "creates_stream", False)}
     streams = await store.read_streams(conn, sorted(existing)) if existing else {}
@@ -61,7 +63,11 @@ async def load_states(conn: DbConnection, commands: Sequence[Command]) -> dict[s
     for command in commands:
         kind = stream_kind_for(command)
         state, version = None, 0
-        for entry in streams.get(command.stream_id, []):
+        entries = streams.get(command.stream_id, [])
+        if any(entry.stream_type != kind.stream_type for entry in entries):
+            states[command.stream_id] = (None, entries[-1].stream_version)
+            continue
+        for entry in entries:
             state, version = kind.evolve(state, entry.event), entry.stream_version
         states[command.stream_id] = (state, version)
     return states

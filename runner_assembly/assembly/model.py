@@ -33,6 +33,66 @@ OLD_BUNDLE_INPUTS = ("toolAliases", "skillRefs", "workspaceFiles", "subdirs", "s
 EXT_SSH_ENDPOINTS = ("EXT_MAIN_SERVER_IP", "EXT_MAIN_SERVER_HOST", "EXT_FRONTEND_URL")
 SSH_KEYS = ("id_ed25519", "known_hosts", "config")
 VOLUME_ROOT = "/home/svc/"
+CREDENTIAL_NAMES = frozenset({"GIT_HOST_TOKEN", "EXT_SSH_CLIENT_TOKEN", "GH_TOKEN",
+                              "GITHUB_TOKEN", "SSH_AUTH_SOCK", "OPENAI_API_KEY",
+                              "ANTHROPIC_API_KEY"})
+RESERVED_NAMES = frozenset({*STATIC_ENV, *SESSION_ENV, "LD_PRELOAD", "LD_LIBRARY_PATH",
+                            "PYTHONPATH", "GIT_ASKPASS", "GIT_SSH_COMMAND"})
+
+# The rules of :func:`check` and :func:`check_names`, written as JSON Schema for the OpenAPI
+# document (``extra_json_schema`` changes no decoding: the checks below stay the authority).
+_END = r"(?![\s\S])"
+_HOST = r"[A-Za-z0-9._~%!$&'()*+,;=-]+(:[0-9]{1,5})?"
+_URL_PATH = r"(/[!-\"$->@-~]*)?"
+REPO_URL_SCHEMA = {"pattern": (
+    r"^(git@[A-Za-z0-9.-]+:[!-.0-~][!-~]*"
+    r"|https?://" + _HOST + _URL_PATH + r"|(ssh|git)://(git@)?" + _HOST + _URL_PATH
+    + r"|file://[A-Za-z0-9._~%!$&'()*+,;=:-]*" + _URL_PATH + r")$")}
+"""A subset of what :func:`check_repo_url` accepts: printable ASCII, no query, fragment or
+credentials."""
+RELATIVE_PATH_SCHEMA = {"pattern": (
+    r"^(?!/)(?![\s\S]*?(^|[/\\])(\.|%2[eE]){2}([/\\]|" + _END + r"))[^\x00]*$")}
+MOUNT_PATH_SCHEMA = {"pattern": (
+    "^" + re.escape(VOLUME_ROOT) + r"(?![\s\S]*?/\.\.(/|" + _END + r"))[^\x00]*$")}
+_SSH_DIR = r"^/home/svc/\.ssh/*$"
+_SSH_KEY_SCHEMA: dict[str, Any] = {"anyOf": [{"enum": ["id_ed25519", "known_hosts", "config"]},
+                                             {"pattern": "^id_"}]}
+
+
+def _credential(tool: str, projection: dict[str, Any], keys: dict[str, Any],
+                **more: Any) -> dict[str, Any]:
+    return {"properties": {"tool": {"const": tool}, "projection": {"properties": projection},
+                           "secretRef": {"properties": {"keys": keys}}, **more}}
+
+
+TOOL_CREDENTIAL_SCHEMA = {"anyOf": [
+    _credential("git-host", {"kind": {"const": "env"}, "envName": {"const": "GIT_HOST_TOKEN"}},
+                {"const": ["GIT_HOST_TOKEN"]}, purpose={"const": "pull-request"}),
+    _credential("ext-ssh", {"kind": {"const": "env"},
+                            "envName": {"const": "EXT_SSH_CLIENT_TOKEN"}},
+                {"const": ["EXT_SSH_CLIENT_TOKEN"]}),
+    _credential("git-host", {"kind": {"const": "volume"}, "mountPath": {"pattern": _SSH_DIR}},
+                {"minItems": 3, "maxItems": 3, "uniqueItems": True,
+                 "items": {"enum": ["id_ed25519", "known_hosts", "config"]}}),
+    _credential("git-host", {"kind": {"const": "volume"},
+                             "mountPath": {"not": {"pattern": _SSH_DIR}}},
+                {"items": {"not": _SSH_KEY_SCHEMA}}, purpose={"not": {"const": "git-host-ssh"}}),
+]}
+"""SPEC 5.2 rules 4-5 (:func:`check_projection`): the four shapes a tool credential can take."""
+TRANSIENT_NAME_SCHEMA = {"not": {"anyOf": [
+    {"enum": sorted(CREDENTIAL_NAMES | RESERVED_NAMES)},
+    {"pattern": "^SVC_"}, {"pattern": "(_PRIVATE_KEY|_PASSWORD)$"}]}}
+""":func:`check_names`: no credential name, no name the runner sets itself."""
+
+
+RepoUrl = Annotated[str, Meta(min_length=1, max_length=2048,
+                                extra_json_schema=REPO_URL_SCHEMA)]
+RelativePath = Annotated[str, Meta(min_length=1, max_length=2048,
+                                   extra_json_schema=RELATIVE_PATH_SCHEMA)]
+MountPath = Annotated[str, Meta(min_length=1, max_length=2048,
+                                extra_json_schema=MOUNT_PATH_SCHEMA)]
+TransientName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Z_][A-Z0-9_]*$",
+                                    extra_json_schema=TRANSIENT_NAME_SCHEMA)]
 
 
 class SchemaInvalid(DomainError):
@@ -73,10 +133,10 @@ class SessionRef(Strict, frozen=True):
 class Bundle(Strict, frozen=True):
     """One part of a git bundle; missing repo/ref/commit inherit the top-level values."""
 
-    subpath: Text
-    target_path: Text
+    subpath: RelativePath
+    target_path: RelativePath
     name: Text | UnsetType = UNSET
-    repoUrl: Text | UnsetType = UNSET
+    repoUrl: RepoUrl | UnsetType = UNSET
     ref: Text | UnsetType = UNSET
     commitId: FullCommit | UnsetType = UNSET
 
@@ -85,7 +145,7 @@ class PromptRef(Strict, frozen=True):
     """A stable initial prompt in the bundle, injected when a thread starts."""
 
     name: Text
-    path: Text
+    path: RelativePath
     inject: Literal["thread-start"] = "thread-start"
     required: bool = False
 
@@ -100,7 +160,7 @@ class ResourceBundleRef(Strict, frozen=True):
     """Initial code and files, tools, skills and prompts, from git."""
 
     kind: Literal["gitbundle"]
-    repoUrl: Text
+    repoUrl: RepoUrl
     bundles: Annotated[list[Bundle], Meta(max_length=64)] = []
     ref: Text | UnsetType = UNSET
     commitId: FullCommit | UnsetType = UNSET
@@ -118,7 +178,7 @@ class EnvProjection(Strict, frozen=True, tag="env", tag_field="kind"):
 class VolumeProjection(Strict, frozen=True, tag="volume", tag_field="kind"):
     """Mount the secret read-only below ``/home/svc/``."""
 
-    mountPath: Text
+    mountPath: MountPath
 
 
 class ToolCredential(Strict, frozen=True):
@@ -134,7 +194,8 @@ class SecretScope(Strict, frozen=True):
     """Which secrets the run may use."""
 
     providerCredentials: Annotated[list[SecretRef], Meta(max_length=4)] = []
-    toolCredentials: Annotated[list[ToolCredential], Meta(max_length=16)] = []
+    toolCredentials: Annotated[list[Annotated[ToolCredential, Meta(
+        extra_json_schema=TOOL_CREDENTIAL_SCHEMA)]], Meta(max_length=16)] = []
 
 
 class ExecutionPolicy(Strict, frozen=True):
@@ -146,12 +207,12 @@ class ExecutionPolicy(Strict, frozen=True):
 class WorkspaceRef(Strict, frozen=True):
     """The workspace; external workbench fields live only in ``metadata``."""
 
-    repoUrl: Text | UnsetType = UNSET
+    repoUrl: RepoUrl | UnsetType = UNSET
     branch: Annotated[str, Meta(min_length=1, max_length=255)] | UnsetType = UNSET
     metadata: dict[str, Any] | UnsetType = UNSET
 
 
-TransientEnv = Annotated[dict[EnvName, Annotated[str, Meta(max_length=4096)]],
+TransientEnv = Annotated[dict[TransientName, Annotated[str, Meta(max_length=4096)]],
                          Meta(max_length=64)]
 
 _ENCODED_DOTS = re.compile(r"%2e", re.IGNORECASE)
@@ -307,13 +368,6 @@ def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dic
     if wants and not any(transient_env.get(k) or defaults.get(k) for k in EXT_SSH_ENDPOINTS):
         raise SchemaInvalid("ext-ssh needs one of " + ", ".join(EXT_SSH_ENDPOINTS),
                             field="transientEnv")
-
-
-CREDENTIAL_NAMES = frozenset({"GIT_HOST_TOKEN", "EXT_SSH_CLIENT_TOKEN", "GH_TOKEN",
-                              "GITHUB_TOKEN", "SSH_AUTH_SOCK", "OPENAI_API_KEY",
-                              "ANTHROPIC_API_KEY"})
-RESERVED_NAMES = frozenset({*STATIC_ENV, *SESSION_ENV, "LD_PRELOAD", "LD_LIBRARY_PATH",
-                            "PYTHONPATH", "GIT_ASKPASS", "GIT_SSH_COMMAND"})
 
 
 def check_names(env: dict[str, str]) -> None:

@@ -1,0 +1,156 @@
+"""The OpenAPI document: Litestar's, completed with what the routes read by hand.
+
+Handlers read their bodies strictly (``api.body``), so Litestar cannot see them; each route
+names its body with :func:`body` in ``opt`` and :func:`complete` adds the ``requestBody``
+from the msgspec type, the 200 a dry run answers where the operation creates (201), and
+integer bounds written as integers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import Litestar
+from litestar.enums import ParamType
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import ParameterKwarg
+from litestar.routes import HTTPRoute
+
+REF_TEMPLATE = "#/components/schemas/{name}"
+NO_NUL = "^[^\\u0000]*$"
+"""Every string of a body: ``api.body.check_strings`` refuses NUL characters anywhere."""
+JSON_VALUE = "JsonValue"
+JSON_OBJECT = "JsonObject"
+FREE_FORM: dict[str, dict[str, Any]] = {
+    JSON_VALUE: {"description": "Any JSON value without NUL characters in its strings.",
+                 "anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
+                           {"type": "string", "pattern": NO_NUL},
+                           {"type": "array", "items": {"$ref": REF_TEMPLATE.format(
+                               name=JSON_VALUE)}},
+                           {"$ref": REF_TEMPLATE.format(name=JSON_OBJECT)}]},
+    JSON_OBJECT: {"description": "A JSON object without NUL characters in its keys and strings.",
+                  "type": "object", "propertyNames": {"pattern": NO_NUL},
+                  "additionalProperties": {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}},
+}
+BODY_KEY = "svc_body"
+OK_KEY = "svc_ok_200"
+ANY_JSON = object
+"""A body of any JSON value (the manifest validator reports what is wrong with it)."""
+
+
+@dataclass(frozen=True)
+class Body:
+    """What a route reads from its body: the wire type, whether an empty body is refused,
+    and an example the API accepts."""
+
+    kind: type[Any]
+    required: bool
+    example: Any
+    description: str = ""
+    empty_object: bool = False
+
+
+def body(kind: type[Any], example: Any, *, required: bool = True, description: str = "",
+         empty_object: bool = False) -> dict[str, Any]:
+    """``opt`` of a route that reads a JSON body of ``kind`` (or, with ``empty_object``,
+    ``{}``)."""
+    return {BODY_KEY: Body(kind, required, example, description, empty_object)}
+
+
+def also_ok(description: str) -> dict[str, Any]:
+    """``opt`` of a route answering 201 that also answers 200 (dry run, replay)."""
+    return {OK_KEY: description}
+
+
+def complete(app: Litestar, document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of Litestar's ``document`` with every body, extra 200 and exact integer bound."""
+    done = copy.deepcopy(document)
+    schemas = done.setdefault("components", {}).setdefault("schemas", {})
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        item = done["paths"].get(route.path_format)
+        if item is None:
+            continue
+        for handler in route.route_handlers:
+            for method in handler.http_methods:
+                operation = item.get(method.lower())
+                if operation is not None:
+                    _complete_operation(operation, handler.opt, schemas)
+                    _exact_bounds(operation, handler)
+    return done
+
+
+def _complete_operation(operation: dict[str, Any], opt: dict[str, Any],
+                        schemas: dict[str, Any]) -> None:
+    spec = opt.get(BODY_KEY)
+    if isinstance(spec, Body):
+        operation["requestBody"] = _request_body(spec, schemas)
+    ok = opt.get(OK_KEY)
+    if isinstance(ok, str) and "201" in operation["responses"]:
+        created = copy.deepcopy(operation["responses"]["201"])
+        created["description"] = ok
+        operation["responses"]["200"] = created
+
+
+def _request_body(spec: Body, schemas: dict[str, Any]) -> dict[str, Any]:
+    schemas.update(FREE_FORM)
+    if spec.kind is ANY_JSON:
+        schema: dict[str, Any] = {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}
+    else:
+        (schema,), components = msgspec.json.schema_components(
+            [spec.kind], ref_template=REF_TEMPLATE)
+        for name, component in components.items():
+            component = _text_rules(component)
+            if schemas.get(name, component) != component:
+                raise ValueError(f"two different OpenAPI schemas are named {name}")
+            schemas[name] = component
+    if spec.empty_object:
+        schema = {"anyOf": [schema, {"type": "object", "maxProperties": 0}]}
+    media: dict[str, Any] = {"schema": schema, "example": spec.example}
+    answer: dict[str, Any] = {"required": spec.required, "content": {"application/json": media}}
+    if spec.description:
+        answer["description"] = spec.description
+    elif not spec.required:
+        answer["description"] = "May be empty: every field is optional."
+    return answer
+
+
+def _text_rules(node: Any) -> Any:
+    """The body rules no msgspec type states: no NUL in a string, and a free-form object
+    (``dict[str, Any]``) holds JSON without NUL."""
+    if isinstance(node, list):
+        return [_text_rules(child) for child in node]
+    if not isinstance(node, dict):
+        return node
+    if node == {"type": "object"}:
+        return {"$ref": REF_TEMPLATE.format(name=JSON_OBJECT)}
+    done = {key: _text_rules(value) for key, value in node.items()}
+    if done.get("type") == "string" and "pattern" not in done and "enum" not in done:
+        done["pattern"] = NO_NUL
+    return done
+
+
+BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def _exact_bounds(operation: dict[str, Any], handler: HTTPRouteHandler) -> None:
+    """Litestar writes ``ge``/``le`` as floats (``2**62`` becomes ``4.6e18``); each
+    parameter's bounds are written back exactly as the code compares them."""
+    documented = {(p["in"], p["name"]): p for p in operation.get("parameters", [])}
+    for field_name, field in handler.parsed_fn_signature.parameters.items():
+        kwarg = field.kwarg_definition
+        if not isinstance(kwarg, ParameterKwarg):
+            continue
+        place = getattr(kwarg, "param_type", ParamType.QUERY).value
+        name = kwarg.name or kwarg.query or kwarg.header or field_name
+        parameter = documented.get((place, name))
+        if parameter is None:
+            continue
+        for attribute, keyword in BOUNDS.items():
+            bound = getattr(kwarg, attribute)
+            if bound is not None:
+                parameter["schema"][keyword] = bound
