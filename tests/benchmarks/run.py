@@ -44,6 +44,8 @@ class Bench:
         self.server = start_embedded(self.workdir / "pg")
         self.admin = self.server.get_uri("postgres")
         self.figures: dict[str, str] = {}
+        self.server_group = 0
+        """Process group of the running ``svc serve`` (its pid): its CPU time is measured."""
 
     def report(self, name: str, value: float | int | str) -> None:
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
@@ -80,6 +82,7 @@ class Bench:
         log = (self.workdir / f"serve-{port}.log").open("w")
         process = subprocess.Popen([svc, "serve", *serve_args], env=env, stdout=log,
                                    stderr=log, start_new_session=True)
+        self.server_group = process.pid
         base = f"http://127.0.0.1:{port}"
         try:
             for _ in range(300):
@@ -113,7 +116,10 @@ class Bench:
                  for peer in ("procrastinate", "pgqueuer") for clients in (16, 1)}
         api_url = self.database("bench_submit")
         with self.api(api_url) as base:
+            cpu = tools.group_cpu_seconds(self.server_group)
             ours16, ours1, missed, checked = _submit_with_poller(base, api_url, self.seconds)
+            cpu = tools.group_cpu_seconds(self.server_group) - cpu
+        served = ours16 * self.seconds + ours1 * self.seconds  # wrk's requests, both runs
         for clients, ours, insert in ((16, ours16, insert16), (1, ours1, insert1)):
             self.report(f"submit_vs_procrastinate_{clients}",
                         ours / peers[("procrastinate", clients)])
@@ -128,6 +134,7 @@ class Bench:
         self.report("pgbench_single_insert_tps_1", insert1)
         self.report("pgbench_submit_txn_tps_16", pg16)
         self.report("pgbench_submit_txn_tps_1", pg1)
+        self.report("http_submit_server_cpu_ms_per_req", cpu * 1000 / served)
         self.report("projection_cost", pg16 / insert16)
         self.report("commit_scaling", (ours16 / ours1) / (pg16 / pg1))
         self.report("poll_tasks_checked", checked)
@@ -145,14 +152,20 @@ class Bench:
         paths = {"list50": "/api/v1/queue/tasks?limit=50",
                  "show": f"/api/v1/queue/tasks/{task_id}",
                  "stats": "/api/v1/queue/stats",
-                 "commander": "/api/v1/queue/commander?readerId=reader-0&limit=20"}
+                 "commander": "/api/v1/queue/commander?readerId=reader-0&limit=20",
+                 "health": "/api/v1/health"}
         rates: dict[tuple[str, int], float] = {}
+        list_cpu_ms = 0.0
         with self.api(url) as base:
             for name, path in paths.items():
                 tools.wrk(base + path, clients=4, seconds=1)  # warm-up
                 for clients in (16, 1) if name == "list50" else (16,):
+                    cpu = tools.group_cpu_seconds(self.server_group)
                     rates[(name, clients)] = tools.wrk(base + path, clients=clients,
                                                        seconds=self.seconds)[0]
+                    if (name, clients) == ("list50", 16):
+                        cpu = tools.group_cpu_seconds(self.server_group) - cpu
+                        list_cpu_ms = cpu * 1000 / (rates[(name, clients)] * self.seconds)
             walls, cpus = tools.cli_runs(["queue", "list", "--api", base],
                                          5 if self.quick else 11)
         self.report("list50_vs_select_16", rates[("list50", 16)] / select16)
@@ -161,7 +174,8 @@ class Bench:
         self.report("http_list50_rps_1", rates[("list50", 1)])
         self.report("pgbench_select50_tps_16", select16)
         self.report("pgbench_select50_tps_1", select1)
-        for name in ("show", "stats", "commander"):
+        self.report("http_list50_server_cpu_ms_per_req", list_cpu_ms)
+        for name in ("show", "stats", "commander", "health"):
             self.report(f"http_{name}_rps_16", rates[(name, 16)])
         self.report("cli_list_s_median", statistics.median(walls))
         self.report("cli_list_cpu_s_median", statistics.median(cpus))

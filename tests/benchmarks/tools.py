@@ -80,6 +80,22 @@ def cli_runs(args: list[str], runs: int) -> tuple[list[float], list[float]]:
     return walls, cpus
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User plus system CPU seconds of the live processes of process group ``pgid`` (a
+    ``svc serve`` and its workers), from ``/proc``."""
+    import os
+
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended meanwhile
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def copy_rows_per_second(url: str, rows: int) -> float:
     """Rows/s of ``COPY (SELECT … FROM ledger ORDER BY change_seq) TO STDOUT`` via psql."""
     query = ("COPY (SELECT change_seq, stream_type, stream_id, stream_version, event_type,"
