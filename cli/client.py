@@ -1,15 +1,19 @@
-"""The CLI's HTTP client for the API, and the shared ``--api`` option."""
+"""The CLI's HTTP client for the API (one request per command over :mod:`cli.http1`: no
+heavy imports on the way to the first request), and the shared ``--api`` option."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, TypeVar, cast
+from urllib.parse import urlencode
 
-import httpx
 import msgspec
 from cyclopts import Parameter
 
+from cli import http1
+
 DEFAULT_API = "http://127.0.0.1:8080"
+TIMEOUT_S = 30.0
 T = TypeVar("T")
 Param = str | int | bool | None
 
@@ -66,22 +70,22 @@ class ApiUnreachable(Exception):
 def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param] | None = None,
          body: bytes | None = None, headers: dict[str, str] | None = None) -> ApiResponse:
     """Send one request to the API; ``params`` with None values are left out."""
-    query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
-    url = base_url(options.api) + path
+    query = urlencode({k: _query_value(v) for k, v in (params or {}).items() if v is not None})
+    base = base_url(options.api)
     headers = {**({"content-type": "application/json"} if body is not None else {}),
                **(headers or {})}
     try:
-        response = httpx.request(method, url, params=query, content=body, headers=headers,
-                                 timeout=30.0)
-    except httpx.HTTPError as error:
+        status, content = http1.request(base, method, path + (f"?{query}" if query else ""),
+                                        body=body, headers=headers, timeout=TIMEOUT_S)
+    except (OSError, http1.ProtocolError, ValueError) as error:
         raise ApiUnreachable(
-            f"cannot reach the API at {base_url(options.api)} ({type(error).__name__}); is "
+            f"cannot reach the API at {base} ({type(error).__name__}); is "
             "`svc serve` running there? (--api or SVC_API_URL name another address)") from None
     try:
-        data = msgspec.json.decode(response.content) if response.content else None
+        data = msgspec.json.decode(content) if content else None
     except msgspec.DecodeError:
         data = None
-    return ApiResponse(response.status_code, data, response.text)
+    return ApiResponse(status, data, content.decode("utf-8", errors="replace"))
 
 
 def base_url(api: str) -> str:

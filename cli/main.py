@@ -1,46 +1,60 @@
-"""The ``svc`` program: one App per command group, registered at the root."""
+"""The ``svc`` program: one App per command group, registered at the root.
+
+Only the group a command line names is imported (``svc queue list`` never loads the server,
+the database driver or the manifest tools): start-up is most of a client command's time.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 from cyclopts import App, CycloptsError
 
-from cli.admin import db_app, ledger_app
-from cli.manifest_cmd import manifest_app
-from cli.queue_cmd import queue_app
-from cli.runs_cmd import runs_app
-from cli.serve import serve
-from cli.sessions_cmd import sessions_app
 from ledger.version import VERSION
 
-app = App(
-    name="svc",
-    help="Task queue and runtime-assembly service for coding-agent execution.\n\n"
-         "Start the service with `svc serve`, then use `svc queue …` and `svc sessions …` "
-         "against it.",
-    version=VERSION,
-    help_format="plaintext",
-)
-app.command(serve)
-app.command(queue_app)
-app.command(runs_app)
-app.command(sessions_app)
-app.command(db_app)
-app.command(ledger_app)
-app.command(manifest_app)
-
+GROUPS = {
+    "serve": ("cli.serve", "serve"),
+    "queue": ("cli.queue_cmd", "queue_app"),
+    "runs": ("cli.runs_cmd", "runs_app"),
+    "sessions": ("cli.sessions_cmd", "sessions_app"),
+    "db": ("cli.admin", "db_app"),
+    "ledger": ("cli.admin", "ledger_app"),
+    "manifest": ("cli.manifest_cmd", "manifest_app"),
+}
+"""Each root command: the module and attribute that define it, in help order."""
 
 EXIT_USAGE = 2
 """Exit status of a command line the program cannot parse (README: 1 refused, 2 usage,
 3 unreachable)."""
 
 
+def build(names: list[str] | None = None) -> App:
+    """The root App with the named root commands (all of them by default)."""
+    app = App(
+        name="svc",
+        help="Task queue and runtime-assembly service for coding-agent execution.\n\n"
+             "Start the service with `svc serve`, then use `svc queue …` and `svc sessions …` "
+             "against it.",
+        version=VERSION,
+        help_format="plaintext",
+    )
+    for name in names or list(GROUPS):
+        module, attribute = GROUPS[name]
+        app.command(getattr(importlib.import_module(module), attribute))
+    return app
+
+
+def wanted(argv: list[str]) -> list[str] | None:
+    """The one root command ``argv`` names, or None (help, version, a typo: load them all)."""
+    return [argv[0]] if argv and argv[0] in GROUPS else None
+
+
 def run() -> None:
     """Entry point of the ``svc`` console script."""
     try:
-        result = app(exit_on_error=False)
+        result = build(wanted(sys.argv[1:]))(exit_on_error=False)
         sys.stdout.flush()
     except CycloptsError:  # already printed by cyclopts: an unknown command, option or value
         sys.exit(EXIT_USAGE)

@@ -1,7 +1,8 @@
-"""``make bench``: the figures of the foundation issue, each a ratio against a baseline
-measured in the same run on the same Postgres, printed one per line as ``name=value``.
+"""``make bench``: svc's figures next to baselines measured in the same run on the same
+Postgres (pgbench, Procrastinate, PgQueuer, a bare ``python`` spawn), printed one per line as
+``name=value``: the ratios first, each with the absolute figures it comes from.
 
-    python -m tests.benchmarks.run [--quick]
+    python -m tests.benchmarks.run [--quick] [--only PART ...]
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +44,8 @@ class Bench:
         self.server = start_embedded(self.workdir / "pg")
         self.admin = self.server.get_uri("postgres")
         self.figures: dict[str, str] = {}
+        self.server_group = 0
+        """Process group of the running ``svc serve`` (its pid): its CPU time is measured."""
 
     def report(self, name: str, value: float | int | str) -> None:
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
@@ -67,7 +72,7 @@ class Bench:
         return asyncio.run(create())
 
     @contextlib.contextmanager
-    def api(self, url: str) -> Iterator[str]:
+    def api(self, url: str, *serve_args: str) -> Iterator[str]:
         port = tools_free_port()
         env = {"PATH": os.environ["PATH"], "SVC_DATABASE_URL": url, "SVC_PORT": str(port),
                "SVC_DATA_DIR": str(self.workdir / "data")}
@@ -75,7 +80,9 @@ class Bench:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         svc = str(Path(sys.executable).with_name("svc"))
         log = (self.workdir / f"serve-{port}.log").open("w")
-        process = subprocess.Popen([svc, "serve"], env=env, stdout=log, stderr=log)
+        process = subprocess.Popen([svc, "serve", *serve_args], env=env, stdout=log,
+                                   stderr=log, start_new_session=True)
+        self.server_group = process.pid
         base = f"http://127.0.0.1:{port}"
         try:
             for _ in range(300):
@@ -95,8 +102,7 @@ class Bench:
                 print((self.workdir / f"serve-{port}.log").read_text()[-3000:], file=sys.stderr)
                 raise
         finally:
-            process.terminate()
-            process.wait(10)
+            _stop(process)
             log.close()
 
     def submit_figures(self) -> None:
@@ -104,27 +110,91 @@ class Bench:
         pg16 = tools.pgbench(pg_url, "submit_txn.sql", 16, self.seconds)
         pg1 = tools.pgbench(pg_url, "submit_txn.sql", 1, self.seconds)
         insert16 = tools.pgbench(pg_url, "single_insert.sql", 16, self.seconds)
+        insert1 = tools.pgbench(pg_url, "single_insert.sql", 1, self.seconds)
+        peers = {(peer, clients): tools.peer_rate(self.database(f"bench_{peer}"), peer,
+                                                  clients, self.seconds)
+                 for peer in ("procrastinate", "pgqueuer") for clients in (16, 1)}
         api_url = self.database("bench_submit")
         with self.api(api_url) as base:
-            poller = tools.Poller(base)
-            poller.start()
-            ours16, _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=16,
-                                  seconds=self.seconds, script="submit.lua")
-            ours1, _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=1,
-                                 seconds=self.seconds, script="submit.lua")
-            poller.stop()
-        final = asyncio.run(_versions(api_url))
-        missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
+            cpu = tools.group_cpu_seconds(self.server_group)
+            ours16, ours1, missed, checked = _submit_with_poller(base, api_url, self.seconds)
+            cpu = tools.group_cpu_seconds(self.server_group) - cpu
+        served = ours16 * self.seconds + ours1 * self.seconds  # wrk's requests, both runs
+        for clients, ours, insert in ((16, ours16, insert16), (1, ours1, insert1)):
+            self.report(f"submit_vs_procrastinate_{clients}",
+                        ours / peers[("procrastinate", clients)])
+            self.report(f"submit_vs_pgqueuer_{clients}", ours / peers[("pgqueuer", clients)])
+            self.report(f"submit_vs_insert_{clients}", ours / insert)
+        for clients in (16, 1):
+            self.report(f"http_submit_rps_{clients}", ours16 if clients == 16 else ours1)
+            self.report(f"procrastinate_defer_per_s_{clients}",
+                        peers[("procrastinate", clients)])
+            self.report(f"pgqueuer_enqueue_per_s_{clients}", peers[("pgqueuer", clients)])
+        self.report("pgbench_single_insert_tps_16", insert16)
+        self.report("pgbench_single_insert_tps_1", insert1)
         self.report("pgbench_submit_txn_tps_16", pg16)
         self.report("pgbench_submit_txn_tps_1", pg1)
-        self.report("pgbench_single_insert_tps_16", insert16)
-        self.report("http_submit_rps_16", ours16)
-        self.report("http_submit_rps_1", ours1)
-        self.report("submit_ratio", ours16 / pg16)
+        self.report("http_submit_server_cpu_ms_per_req", cpu * 1000 / served)
         self.report("projection_cost", pg16 / insert16)
         self.report("commit_scaling", (ours16 / ours1) / (pg16 / pg1))
-        self.report("poll_tasks_checked", len(final))
+        self.report("poll_tasks_checked", checked)
         self.report("poll_missed", missed)
+
+    def list_figures(self) -> None:
+        """A 50-row page over HTTP against pgbench's 50-row SELECT from a table of the task
+        summary's width (a copy of it), the other reads' rates, and ``svc queue list``."""
+        url = self.database("bench_list")
+        tasks = 2_000 if self.quick else 10_000
+        asyncio.run(load(url, tasks=tasks, reads=tasks // 2, cancels=tasks // 4, seed=tasks))
+        task_id = asyncio.run(_copy_task_summary(url))
+        select16 = tools.pgbench(url, "select50.sql", 16, self.seconds)
+        select1 = tools.pgbench(url, "select50.sql", 1, self.seconds)
+        paths = {"list50": "/api/v1/queue/tasks?limit=50",
+                 "show": f"/api/v1/queue/tasks/{task_id}",
+                 "stats": "/api/v1/queue/stats",
+                 "commander": "/api/v1/queue/commander?readerId=reader-0&limit=20",
+                 "health": "/api/v1/health"}
+        rates: dict[tuple[str, int], float] = {}
+        list_cpu_ms = 0.0
+        with self.api(url) as base:
+            for name, path in paths.items():
+                tools.wrk(base + path, clients=4, seconds=1)  # warm-up
+                for clients in (16, 1) if name == "list50" else (16,):
+                    cpu = tools.group_cpu_seconds(self.server_group)
+                    rates[(name, clients)] = tools.wrk(base + path, clients=clients,
+                                                       seconds=self.seconds)[0]
+                    if (name, clients) == ("list50", 16):
+                        cpu = tools.group_cpu_seconds(self.server_group) - cpu
+                        list_cpu_ms = cpu * 1000 / (rates[(name, clients)] * self.seconds)
+            walls, cpus = tools.cli_runs(["queue", "list", "--api", base],
+                                         5 if self.quick else 11)
+        self.report("list50_vs_select_16", rates[("list50", 16)] / select16)
+        self.report("list50_vs_select_1", rates[("list50", 1)] / select1)
+        self.report("http_list50_rps_16", rates[("list50", 16)])
+        self.report("http_list50_rps_1", rates[("list50", 1)])
+        self.report("pgbench_select50_tps_16", select16)
+        self.report("pgbench_select50_tps_1", select1)
+        self.report("http_list50_server_cpu_ms_per_req", list_cpu_ms)
+        for name in ("show", "stats", "commander", "health"):
+            self.report(f"http_{name}_rps_16", rates[(name, 16)])
+        self.report("cli_list_s_median", statistics.median(walls))
+        self.report("cli_list_cpu_s_median", statistics.median(cpus))
+
+    def workers_figures(self) -> None:
+        """Submit with ``svc serve --workers 2`` against ``--workers 1`` (16 clients), with
+        the poller checking that no change is missed across processes."""
+        if "--workers" not in _serve_help():
+            self.report("workers2_vs_1", "n/a (svc serve has no --workers option yet)")
+            return
+        rates: dict[int, float] = {}
+        for workers in (1, 2):
+            url = self.database(f"bench_workers{workers}")
+            with self.api(url, "--workers", str(workers)) as base:
+                rates[workers], _, missed, _ = _submit_with_poller(
+                    base, url, self.seconds, one_client=False)
+            self.report(f"http_submit_rps_16_workers{workers}", rates[workers])
+            self.report(f"poll_missed_workers{workers}", missed)
+        self.report("workers2_vs_1", rates[2] / rates[1])
 
     def read_figures(self) -> None:
         url = self.database("bench_read")
@@ -203,6 +273,41 @@ class Bench:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _submit_with_poller(base: str, url: str, seconds: int, *,
+                        one_client: bool = True) -> tuple[float, float, int, int]:
+    """(rps with 16 clients, rps with 1 client or 0, tasks the poller missed, tasks checked):
+    wrk submits while a poller follows ``updatedAfter``; every final version must be seen."""
+    poller = tools.Poller(base)
+    poller.start()
+    ours16, _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=16, seconds=seconds,
+                          script="submit.lua")
+    ours1 = (tools.wrk(f"{base}/api/v1/queue/tasks", clients=1, seconds=seconds,
+                       script="submit.lua")[0] if one_client else 0.0)
+    poller.stop()
+    final = asyncio.run(_versions(url))
+    missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
+    return ours16, ours1, missed, len(final)
+
+
+def _serve_help() -> str:
+    """``svc serve --help``: which options this checkout's server has."""
+    svc = str(Path(sys.executable).with_name("svc"))
+    return subprocess.run([svc, "serve", "--help"], capture_output=True, text=True,
+                          timeout=60).stdout
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """End a server started by the harness, and every process of its group (workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
 def tools_free_port() -> int:
     import socket
 
@@ -268,6 +373,21 @@ async def _versions(url: str) -> dict[str, int]:
         await conn.close()
 
 
+async def _copy_task_summary(url: str) -> str:
+    """Copy ``task_summary`` into ``bench_summary`` (same columns, indexed on change_seq) for
+    pgbench's SELECT; return one task id for the show route."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("DROP TABLE IF EXISTS bench_summary")
+        await conn.execute("CREATE TABLE bench_summary AS SELECT * FROM task_summary")
+        await conn.execute("CREATE UNIQUE INDEX ON bench_summary (change_seq)")
+        await conn.execute("VACUUM ANALYZE")
+        return str(await conn.fetchval(
+            "SELECT task_id FROM task_summary ORDER BY change_seq DESC LIMIT 1"))
+    finally:
+        await conn.close()
+
+
 async def _analyze(url: str) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -276,15 +396,18 @@ async def _analyze(url: str) -> None:
         await conn.close()
 
 
+PARTS = ["submit", "list", "workers", "dispatch", "read", "replay", "mask", "health"]
+"""Every part of a run, in order (the ratios of issue 16 first)."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, smaller data")
-    parser.add_argument("--only", choices=["submit", "read", "replay", "dispatch", "mask",
-                                                "health"],
-                        action="append")
+    parser.add_argument("--only", choices=PARTS, action="append",
+                        help="run only this part (repeatable)")
     args = parser.parse_args()
-    parts = args.only or ["submit", "read", "replay", "dispatch", "mask", "health"]
-    if {"submit", "read"} & set(parts) and shutil.which("wrk") is None:
+    parts = args.only or PARTS
+    if {"submit", "list", "workers", "read"} & set(parts) and shutil.which("wrk") is None:
         print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
         return 1
     bench = Bench(args.quick)

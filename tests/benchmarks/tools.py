@@ -1,8 +1,9 @@
-"""Measuring tools: pgbench, wrk, psql COPY, a child process's peak RSS, a poller."""
+"""Measuring tools: pgbench, wrk, the peers, the CLI, psql COPY, a poller."""
 
 from __future__ import annotations
 
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
 
 HERE = Path(__file__).parent
 
@@ -49,6 +51,49 @@ def wrk(url: str, *, clients: int, seconds: int, script: str | None = None) -> t
     p99 = re.search(r"99%\s+([0-9.]+)(us|ms|s|m)\b", out)
     assert p99, out
     return rps, float(p99.group(1)) * _UNITS[p99.group(2)]
+
+
+def peer_rate(url: str, peer: str, clients: int, seconds: int) -> float:
+    """Jobs per second a peer queue defers with ``clients`` clients (its own process)."""
+    result = subprocess.run(
+        python_module("tests.benchmarks.peers", peer, url, str(clients), str(seconds)),
+        capture_output=True, text=True, timeout=seconds + 120)
+    if result.returncode != 0:
+        raise RuntimeError(f"{peer} failed:\n{result.stderr[-3000:]}")
+    return float(msgspec.json.decode(result.stdout)["per_s"])
+
+
+def cli_runs(args: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds) of each of ``runs`` runs of ``svc args`` (after one
+    unmeasured run that warms the file cache); a failing run is an error."""
+    svc = str(Path(sys.executable).with_name("svc"))
+    walls, cpus = [], []
+    for index in range(runs + 1):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        subprocess.run([svc, *args], stdout=subprocess.DEVNULL, check=True, timeout=60)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if index:
+            walls.append(wall)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return walls, cpus
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User plus system CPU seconds of the live processes of process group ``pgid`` (a
+    ``svc serve`` and its workers), from ``/proc``."""
+    import os
+
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended meanwhile
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def copy_rows_per_second(url: str, rows: int) -> float:
