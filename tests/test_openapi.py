@@ -35,7 +35,7 @@ async def document(client: Client) -> dict[str, Any]:
 def concrete(path: str) -> str:
     """A documented path with ids that name nothing."""
     return (path.replace("{task_id}", "tsk_none").replace("{run_id}", "run_none")
-            .replace("{session_id}", "ses_none"))
+            .replace("{session_id}", "ses_none").replace("{attempt_id}", "att_none"))
 
 
 def body_readers(client: Client) -> list[str]:
