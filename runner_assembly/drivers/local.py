@@ -40,7 +40,6 @@ from runner_assembly.drivers.protocol import (
 from runner_assembly.runner.jobfiles import read_json, write_json_atomically
 from runner_assembly.runner.sandbox import BWRAP, MODES, SandboxUnavailable, find_bwrap
 
-
 RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
     str(Path(module.__file__ or "").resolve().parents[1])
     for module in (runner_assembly, msgspec, re2)))
@@ -158,7 +157,8 @@ class LocalDriver:
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
-                    runner_command(folder, secret_root, self.bwrap), env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    runner_command(folder, secret_root, self.bwrap), env=env, cwd=folder,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, close_fds=True,
                 )
             except OSError as error:
