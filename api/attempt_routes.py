@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from litestar import Controller, get, post
-from litestar.status_codes import HTTP_200_OK
+from litestar import Controller, Response, get, post
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
-from api.params import DryRunFlag, HttpRequest, Limit, QueueDep, RetryCursor, TaskId
+from api.params import AttemptId, DryRunFlag, HttpRequest, Limit, QueueDep, RetryCursor, TaskId
 from runner_assembly.assembly import model
 
 
@@ -36,6 +36,15 @@ class AttemptController(Controller):
                        limit: Limit = 50) -> wire.AttemptList:
         """The formal attempt history, oldest first; ``cursor`` is a retry index."""
         return await queue_api.attempts(task_id, cursor, limit)
+
+    @post("/attempts/{attempt_id:str}/judge", status_code=HTTP_201_CREATED,
+          responses=WRITE_ERRORS)
+    async def judge(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
+                    attempt_id: AttemptId, dry_run: DryRunFlag = False
+                    ) -> Response[wire.JudgeRun | wire.DryRun]:
+        """Record a judge's verdict on an ended attempt (SPEC 2.3); it never retries."""
+        body = await read_body(request, wire.JudgeBody)
+        return await queue_api.judge(task_id, attempt_id, body, dry_run)
 
     @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,

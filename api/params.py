@@ -24,6 +24,8 @@ HttpRequest = Request[object, object, State]
 Limit = Annotated[int, QueryParameter(ge=1, le=500)]
 TaskId = Annotated[str, PathParameter(min_length=1, max_length=128,
                                        pattern=wire.IDENTIFIER_PATTERN)]
+AttemptId = Annotated[str, PathParameter(min_length=1, max_length=128,
+                                          pattern=wire.IDENTIFIER_PATTERN)]
 QueueQuery = Annotated[str | None, QueryParameter(name="queue", max_length=128,
                                               pattern=wire.QUEUE_PATTERN)]
 ReaderQuery = Annotated[str | None, QueryParameter(name="readerId", max_length=128,

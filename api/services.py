@@ -19,9 +19,11 @@ from api.observability import Metrics
 from api.read_cache import ReadCache
 from ledger import intake, session_lines
 from ledger.errors import DomainError, InvalidRequest, NotFound
+from ledger.events import JudgeVerdict
+from ledger.ids import new_id
 from ledger.session import CancelSession, MarkSessionRead
 from ledger.states import SessionFilter, SessionStatus
-from ledger.task import CancelTask, MarkTaskRead
+from ledger.task import CancelTask, MarkTaskRead, RecordJudge
 from projections import queries, session_queries
 from runner_assembly.assembly.capability import work_ready_summary
 from runner_assembly.orchestration.queue_service import ACTOR, Preview, QueueService
@@ -173,7 +175,9 @@ class QueueApi:
         """The attempt history of a task, oldest first."""
         detail = await self.task_detail(task_id)
         page = await queries.list_attempts(self.pool, task_id, cursor=cursor, limit=limit)
-        items = [views.attempt(row, self.settings.timeout_budgets, detail.queue)
+        judges = await queries.judge_runs(self.pool, task_id,
+                                          [row.attempt_id for row in page.rows])
+        items = [views.attempt(row, self.settings.timeout_budgets, detail.queue, judges)
                  for row in page.rows]
         return wire.AttemptList(items=items, next_cursor=page.next_cursor,
                                 change_seq=page.high_water)
@@ -200,6 +204,24 @@ class QueueApi:
         found = await queries.get_task(self.pool, row.task_id)
         queue = found[0].queue if found else ""
         return views.attempt(row, self.settings.timeout_budgets, queue)
+
+    async def judge(self, task_id: str, attempt_id: str, body: wire.JudgeBody,
+                    dry: bool) -> Response[wire.JudgeRun | wire.DryRun]:
+        """Record a judge's verdict on an ended attempt (201; the same ``judgeId`` and verdict
+        again: the original, 200), or answer the dry run. It never retries anything."""
+        verdict = JudgeVerdict(
+            judge_id=body.judge_id or new_id("jdg"), attempt_id=attempt_id, judge=body.judge,
+            request=body.request, result=body.result, failure_kind=body.failure_kind,
+            retry_suggested=body.retry_suggested, retry_reason=body.retry_reason,
+            summary=body.summary)
+        result = await self.queue.judge(RecordJudge(task_id, verdict), dry or body.dry_run)
+        if isinstance(result, Preview):
+            return Response(dry_run(result), status_code=HTTP_200_OK)
+        row = await queries.get_judge_run(self.pool, task_id, verdict.judge_id)
+        assert row is not None, "a recorded verdict has its row"
+        return Response(views.judge_run(row),
+                        status_code=HTTP_201_CREATED if result else HTTP_200_OK,
+                        headers=_replayed(not result))
 
     async def create_runner_job(self, run_id: str, body: wire.RunnerJobBody,
                                 dry: bool) -> wire.RunnerJob | wire.DryRun:

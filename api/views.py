@@ -11,6 +11,7 @@ from api import wire
 from ledger.states import AttemptStatus, TaskStatus
 from projections.attempt_summary import AttemptRow
 from projections.commander import PHASE
+from projections.judge_run import JudgeRunRow
 from projections.queries import CommanderResult, StatsResult, TaskPage
 from projections.rows import CommanderRow, JsonObject, RunView, SessionHead, SessionView, TurnFields
 from projections.task_summary import TaskSummaryRow
@@ -34,6 +35,21 @@ def _task_session_path(latest_attempt: JsonObject | None) -> str | None:
     return session_path(latest_attempt["sessionId"]) if latest_attempt else None
 
 
+def latest_attempt(stored: JsonObject | None) -> JsonObject | None:
+    """The ``latestAttempt`` answer of a stored summary: ``sessionPath`` computed here (a
+    projection holds no HTTP path) and placed right after ``sessionId``."""
+    if stored is None:
+        return None
+    shown: JsonObject = {}
+    for name, value in stored.items():
+        if name == "sessionPath":
+            continue
+        shown[name] = value
+        if name == "sessionId":
+            shown["sessionPath"] = session_path(value)
+    return shown
+
+
 def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
                last_attempt_id: str | None, budgets: Budgets) -> wire.Supervisor:
     """Phase, last activity (changeSeq and id), the queue's timeout budget, what to run next."""
@@ -54,14 +70,17 @@ def task_detail(row: TaskSummaryRow, contract: JsonObject, budgets: Budgets,
     sup = supervisor(row.task_id, row.queue, row.state, row.change_seq,
                      _attempt_id(row.latest_attempt), budgets)
     fields = msgspec.structs.asdict(row)
-    fields["session_path"] = _task_session_path(row.latest_attempt)
-    return wire.TaskDetail(**fields, contract=contract, supervisor=sup, work_ready=work_ready)
+    fields["latest_attempt"] = latest_attempt(row.latest_attempt)
+    del fields["latest_started_at"]
+    return wire.TaskDetail(**fields, session_path=_task_session_path(row.latest_attempt),
+                           contract=contract, supervisor=sup, work_ready=work_ready)
 
 
 def task_list(page: TaskPage, budgets: Budgets) -> wire.TaskList:
     """A list page."""
     items = [
-        wire.TaskItem(**msgspec.structs.asdict(row),
+        wire.TaskItem(**{**msgspec.structs.asdict(row),
+                         "latest_attempt": latest_attempt(row.latest_attempt)},
                       session_path=_task_session_path(row.latest_attempt),
                       supervisor=supervisor(row.task_id, row.queue, row.state, row.change_seq,
                                             _attempt_id(row.latest_attempt), budgets))
@@ -70,8 +89,9 @@ def task_list(page: TaskPage, budgets: Budgets) -> wire.TaskList:
     return wire.TaskList(items=items, next_cursor=page.next_cursor, change_seq=page.high_water)
 
 
-def attempt(row: AttemptRow, budgets: Budgets, queue: str) -> wire.Attempt:
-    """One attempt of the history."""
+def attempt(row: AttemptRow, budgets: Budgets, queue: str,
+            judges: Sequence[JudgeRunRow] = ()) -> wire.Attempt:
+    """One attempt of the history, with the judge runs recorded on it."""
     started, finished = row.started_at, row.finished_at
     duration = (int((finished - started).total_seconds() * 1000)
                 if started is not None and finished is not None else None)
@@ -84,8 +104,17 @@ def attempt(row: AttemptRow, budgets: Budgets, queue: str) -> wire.Attempt:
             sup, phase="reserved",
             recovery=("retry with the same --idempotency-key to resume"
                       if row.idempotency_key else f"svc queue dispatch {row.task_id}"))
+    output = wire.OutputRef(session_id=row.session_id, runner_job_id=row.runner_job_id,
+                            path=f"{session_path(row.session_id)}/output")
     return wire.Attempt(**msgspec.structs.asdict(row), session_path=session_path(row.session_id),
-                        duration_ms=duration, supervisor=sup)
+                        duration_ms=duration, supervisor=sup, output_ref=output,
+                        judge_runs=[judge_run(j) for j in judges
+                                    if j.attempt_id == row.attempt_id])
+
+
+def judge_run(row: JudgeRunRow) -> wire.JudgeRun:
+    """A recorded judge run, linked to its attempt by (taskId, attemptId)."""
+    return wire.JudgeRun(**msgspec.structs.asdict(row))
 
 
 def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:

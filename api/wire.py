@@ -21,6 +21,8 @@ Prompt = Annotated[str, Meta(min_length=1, max_length=65536)]
 Reason = Annotated[str, Meta(min_length=1, max_length=1000)]
 Priority = Annotated[int, Meta(ge=0, le=100)]
 BackendProfile = Literal["profile-1", "profile-2", "profile-3", "profile-4"]
+FailureKindName = Annotated[str, Meta(min_length=1, max_length=64,
+                                       pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")]
 TaskStateName = Literal["pending", "running", "completed", "failed", "blocked", "cancelled"]
 
 
@@ -34,6 +36,24 @@ class TaskPayload(Camel, frozen=True):
     prompt: Prompt
     thread_id: Annotated[str, Meta(min_length=1, max_length=128,
                                    pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")] | None = None
+
+
+ReferenceKind = Literal["issue", "change-request", "repository", "commit", "document",
+                        "external"]
+
+
+class TaskReference(Camel, frozen=True, omit_defaults=True):
+    """An explicit reference of a task (SPEC 2.3): its kind, a ``url`` or an ``id`` (at least
+    one), and an optional title."""
+
+    kind: ReferenceKind
+    url: Annotated[str, Meta(min_length=1, max_length=2048)] | None = None
+    id: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
+    title: Title | None = None
+
+    def __post_init__(self) -> None:
+        if self.url is None and self.id is None:
+            raise ValueError("a reference needs a url or an id")
 
 
 class SubmitBody(Camel, frozen=True):
@@ -50,8 +70,10 @@ class SubmitBody(Camel, frozen=True):
     resource_bundle_ref: model.ResourceBundleRef | None = None
     session_ref: model.SessionRef | None = None
     execution_policy: model.ExecutionPolicy | None = None
-    references: Annotated[list[JsonObject], Meta(max_length=64)] | None = None
+    references: Annotated[list[TaskReference], Meta(max_length=64)] | None = None
     metadata: JsonObject | None = None
+    provider_id: Identifier | None = None
+    """The provider of the run policy (SPEC 2.7), carried into the runner job plan."""
 
 
 class CancelBody(Camel, frozen=True):
@@ -115,6 +137,9 @@ class TaskDetail(TaskItem, kw_only=True, frozen=True):
     creator: str
     contract: JsonObject
     work_ready: JsonObject | None = None
+    attempt_count: int = 0
+    """Statistic fields (SPEC 2.3): attempts so far; the latest ended attempt's run time."""
+    last_duration_ms: int | None = None
 
 
 class Attempt(msgspec.Struct, rename="camel", kw_only=True):
@@ -143,6 +168,52 @@ class Attempt(msgspec.Struct, rename="camel", kw_only=True):
     updated_at: datetime
     duration_ms: int | None
     supervisor: Supervisor
+    output_ref: OutputRef | None = None
+    judge_runs: list[JudgeRun] = msgspec.field(default_factory=list)
+
+
+class OutputRef(msgspec.Struct, rename="camel", kw_only=True):
+    """A bounded reference to an attempt's output (SPEC 2.3): where to read it, never the
+    output itself."""
+
+    session_id: str
+    runner_job_id: str
+    path: str
+
+
+JudgeResult = Literal["pass", "fail", "inconclusive"]
+
+
+class JudgeBody(Camel, frozen=True):
+    """Body of ``POST …/attempts/{attemptId}/judge``: a judge's verdict on an ended attempt.
+    It is recorded only; a suggested retry is never carried out (SPEC 4.3 rule 6.10)."""
+
+    judge: Identifier
+    request: Annotated[JsonObject, Meta(max_length=64)]
+    result: JudgeResult
+    failure_kind: FailureKindName | None = None
+    retry_suggested: bool = False
+    retry_reason: Reason | None = None
+    summary: Reason | None = None
+    judge_id: Identifier | None = None
+    dry_run: bool = False
+
+
+class JudgeRun(msgspec.Struct, rename="camel", kw_only=True):
+    """A recorded judge run (SPEC 2.3), linked to its attempt by (taskId, attemptId)."""
+
+    task_id: str
+    judge_id: str
+    attempt_id: str
+    judge: str
+    result: str
+    failure_kind: str | None
+    retry_suggested: bool
+    retry_reason: str | None
+    summary: str | None
+    request: JsonObject
+    change_seq: int
+    created_at: datetime
 
 
 class AttemptList(msgspec.Struct, rename="camel"):

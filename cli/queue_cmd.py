@@ -131,10 +131,16 @@ def list_tasks(
 @queue_app.command
 def show(task_id: str, *, api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
-    """Show one task: state, summary, latest attempt and session path."""
-    return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id)),
-                   output or render.OutputOptions(),
-                   wire.TaskDetail, render.task_summary)
+    """Show one task: state, summary, latest attempt and session path (with --full, every
+    field, then the judge runs of its attempts)."""
+    options, shown = api or ApiOptions(), output or render.OutputOptions()
+    status = respond(lambda: call(options, "GET", _task_path(task_id)), shown,
+                     wire.TaskDetail, render.task_summary)
+    if status != 0 or not shown.full:
+        return status
+    return respond(lambda: call(options, "GET", _task_path(task_id, "attempts"),
+                                params={"limit": 500}),
+                   render.OutputOptions(), wire.AttemptList, render.judge_runs_full)
 
 
 @queue_app.command
@@ -240,6 +246,36 @@ def attempts(
                                 params={"cursor": cursor, "limit": limit}),
                    output or render.OutputOptions(),
                    wire.AttemptList, render.attempt_list)
+
+
+@queue_app.command
+def judge(
+    task_id: str, attempt_id: str, *,
+    json_stdin: Annotated[bool, Parameter(help="Read the verdict JSON from standard input.")]
+    = False,
+    json_file: Annotated[Path | None, Parameter(help="Read the verdict JSON from a file.")]
+    = None,
+    dry_run: DryRun = False, api: ApiOptions | None = None,
+    output: render.OutputOptions | None = None,
+) -> int:
+    """Record a judge's verdict on an ended attempt. It never retries the task.
+
+    The JSON needs judge, request and result (pass, fail, inconclusive);
+    failureKind, retrySuggested, retryReason, summary, judgeId are optional:
+
+      echo '{"judge": "ci", "request": {"check": "tests"},
+             "result": "fail", "retrySuggested": true}' |
+        svc queue judge <taskId> <attemptId> --json-stdin
+    """
+    from urllib.parse import quote
+
+    body = read_json_input(json_stdin, json_file)
+    if body is None:
+        return EXIT_USAGE
+    path = _task_path(task_id, f"attempts/{quote(attempt_id, safe='')}/judge")
+    return respond(lambda: call(api or ApiOptions(), "POST", path,
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), wire.JudgeRun, render.judge_run)
 
 
 @queue_app.command

@@ -159,9 +159,42 @@ def attempt_list(data: wire.AttemptList) -> None:
             f" exit={attempt.exit_code if attempt.exit_code is not None else '-'}"
             f" duration={f'{duration} ms' if duration is not None else '-'}"
             f" key={attempt.idempotency_key or '-'}")
+        for verdict in attempt.judge_runs:
+            out(judge_line(verdict))
     out(_page_end("attempts", len(data.items), data.change_seq, data.next_cursor))
     if data.items:
         next_session_commands(data.items[-1].session_id)
+
+
+def judge_line(verdict: wire.JudgeRun) -> str:
+    """One line for a judge run (indented under its attempt)."""
+    retry = "suggested" if verdict.retry_suggested else "no"
+    return (f"  judge {verdict.judge_id}  {verdict.result}"
+            f" failure={verdict.failure_kind or '-'} retry={retry} by={verdict.judge}")
+
+
+def judge_run(verdict: wire.JudgeRun) -> None:
+    """A recorded judge run: what it found, and that nothing was retried."""
+    out(f"{verdict.judge_id}  {verdict.result}  task={verdict.task_id}"
+        f" attempt={verdict.attempt_id} by={verdict.judge}")
+    out(f"  failure={verdict.failure_kind or '-'}"
+        f" retry={'suggested' if verdict.retry_suggested else 'no'}"
+        + (f": {verdict.retry_reason}" if verdict.retry_reason else ""))
+    if verdict.summary:
+        out(f"  summary: {verdict.summary}")
+    out(f"  recorded only; to retry: svc queue retry {verdict.task_id}"
+        ' --idempotency-key <new-key> --reason "<why>"' if verdict.retry_suggested
+        else "  recorded only")
+
+
+def judge_runs_full(data: wire.AttemptList) -> None:
+    """Every judge run of a page of attempts, every field (``show --full``)."""
+    runs = [msgspec.to_builtins(v) for a in data.items for v in a.judge_runs]
+    if runs:
+        out("judgeRuns:")
+        full(runs, 1)
+    else:
+        out("judgeRuns: (none)")
 
 
 def task_list(data: wire.TaskList) -> None:

@@ -112,8 +112,29 @@ class AttemptFinished(AttemptEnd, frozen=True, tag="task-attempt-finished", tag_
     """Refresh wrote the core run's terminal state back to the attempt and the task."""
 
 
+class JudgeVerdict(msgspec.Struct, frozen=True):
+    """A judge's verdict on one attempt (SPEC 2.3 "judge run"): what it was asked, what it
+    found, the failure kind it assigns, and whether it suggests a retry. A record only: a
+    suggestion never retries (SPEC 4.3 rule 6.10)."""
+
+    judge_id: str
+    attempt_id: str
+    judge: str
+    request: dict[str, Any]
+    result: str
+    failure_kind: str | None = None
+    retry_suggested: bool = False
+    retry_reason: str | None = None
+    summary: str | None = None
+
+
+class JudgeRecorded(JudgeVerdict, frozen=True, tag="task-judge-recorded", tag_field="type"):
+    """A judge's verdict on an attempt of the task was recorded."""
+
+
 TaskEvent = (TaskSubmitted | TaskReadCursorAdvanced | TaskCancelled | AttemptReserved
-             | AttemptMaterialized | AttemptMaterializationFailed | AttemptFinished)
+             | AttemptMaterialized | AttemptMaterializationFailed | AttemptFinished
+             | JudgeRecorded)
 
 
 class RunIdentity(msgspec.Struct, frozen=True):
@@ -274,7 +295,7 @@ LedgerEvent = TaskEvent | RunEvent | SessionEvent
 
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
     TaskSubmitted, TaskCancelled, AttemptReserved, AttemptMaterialized,
-    AttemptMaterializationFailed, AttemptFinished,
+    AttemptMaterializationFailed, AttemptFinished, JudgeRecorded,
 )
 """Events that change the task itself (bump ``version``); a read changes only a cursor."""
 

@@ -14,6 +14,8 @@ from ledger.events import (
     AttemptMaterializationFailed,
     AttemptMaterialized,
     AttemptReserved,
+    JudgeRecorded,
+    JudgeVerdict,
     NewTask,
     TaskCancelled,
     TaskEvent,
@@ -114,8 +116,17 @@ class FinishAttempt(_OnTask, frozen=True):
         return self.end.attempt_id
 
 
+class RecordJudge(_OnTask, frozen=True):
+    """Record a judge's verdict on an ended attempt; it never retries (SPEC 4.3 rule 6.10)."""
+
+    verdict: JudgeVerdict
+
+
 TaskCommand = (SubmitTask | CancelTask | MarkTaskRead | DispatchTask | RetryTask
-               | MaterializeAttempt | FailMaterialization | FinishAttempt)
+               | MaterializeAttempt | FailMaterialization | FinishAttempt | RecordJudge)
+JUDGED = frozenset({AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStatus.BLOCKED,
+                    AttemptStatus.CANCELLED})
+"""Attempt states a judge may judge: the attempt has ended."""
 
 
 class AttemptState(msgspec.Struct, frozen=True):
@@ -143,6 +154,8 @@ class TaskState(msgspec.Struct, frozen=True):
     """The key the task was submitted under, if any."""
     payload_hash: str = ""
     """The hash of the submitted contract, compared when the key is used again."""
+    judges: dict[str, JudgeVerdict] = {}
+    """The verdicts recorded on the task's attempts, by judge id."""
 
     def attempt(self, attempt_id: str) -> AttemptState | None:
         """The attempt with this id, if any."""
@@ -183,7 +196,29 @@ def decide(state: TaskState | None, command: TaskCommand) -> list[TaskEvent]:
         return _dispatch(state, command)
     if isinstance(command, RetryTask):
         return _retry(state, command)
+    if isinstance(command, RecordJudge):
+        return _judge(state, command.verdict)
     return _progress(state, command)
+
+
+def _judge(state: TaskState, verdict: JudgeVerdict) -> list[TaskEvent]:
+    """A verdict on an ended attempt; the same judge id again is the original record (same
+    verdict) or a conflict (another one)."""
+    recorded = state.judges.get(verdict.judge_id)
+    if recorded is not None:
+        if recorded != verdict:
+            raise IdempotencyConflict("judgeId already used with a different verdict",
+                                      taskId=state.task_id, judgeId=verdict.judge_id)
+        return []
+    attempt = state.attempt(verdict.attempt_id)
+    if attempt is None:
+        raise NotFound(f"attempt {verdict.attempt_id} not found", taskId=state.task_id,
+                       attemptId=verdict.attempt_id)
+    if attempt.state not in JUDGED:
+        raise InvalidTransition(f"cannot judge a {attempt.state} attempt; it has not ended",
+                                taskId=state.task_id, attemptId=attempt.attempt_id,
+                                state=attempt.state)
+    return [JudgeRecorded(**msgspec.structs.asdict(verdict))]
 
 
 def _submit_again(state: TaskState, command: SubmitTask) -> list[TaskEvent]:
@@ -334,6 +369,10 @@ def evolve(state: TaskState | None, event: TaskEvent) -> TaskState:
         return msgspec.structs.replace(state, cursors={**state.cursors,
                                                        event.reader_id: event.version})
     assert isinstance(event, TASK_CHANGING_EVENTS)
+    if isinstance(event, JudgeRecorded):
+        verdict = JudgeVerdict(**msgspec.structs.asdict(event))
+        return msgspec.structs.replace(state, version=state.version + 1,
+                                       judges={**state.judges, event.judge_id: verdict})
     attempts = state.attempts
     if isinstance(event, AttemptReserved):
         ids = AttemptIds(event.attempt_id, event.run_id, event.command_id,

@@ -16,6 +16,7 @@ from ledger.database import Queryable
 from ledger.errors import InvalidRequest
 from ledger.sqlfile import load_queries
 from projections.attempt_summary import AttemptRow
+from projections.judge_run import JudgeRunRow
 from projections.rows import (
     CommanderRow,
     JsonObject,
@@ -239,3 +240,20 @@ async def get_run(pool: Queryable, run_id: str) -> RunView | None:
 async def get_reserved_run(pool: Queryable, run_id: str) -> ReservedRun | None:
     """The attempt a run id was reserved for (the run itself may not exist yet)."""
     return _RESERVED.maybe(await pool.fetchrow(SQL["get_reserved_run"], run_id))
+
+
+_JUDGE_RUNS = RowDecoder(JudgeRunRow, ("request",))
+JUDGE_RUN_LIMIT = 500
+"""At most this many judge runs are shown with one page of attempts."""
+
+
+async def judge_runs(pool: Queryable, task_id: str,
+                     attempt_ids: list[str] | None = None) -> list[JudgeRunRow]:
+    """The judge runs of a task (or of some of its attempts), oldest first."""
+    return _JUDGE_RUNS.many(await pool.fetch(SQL["judge_runs"], task_id, attempt_ids,
+                                             JUDGE_RUN_LIMIT))
+
+
+async def get_judge_run(pool: Queryable, task_id: str, judge_id: str) -> JudgeRunRow | None:
+    """One judge run of a task."""
+    return _JUDGE_RUNS.maybe(await pool.fetchrow(SQL["get_judge_run"], task_id, judge_id))

@@ -8,6 +8,7 @@ from projections import (
     attempt_summary,
     commander,
     core_records,
+    judge_run,
     queue_stats,
     read_cursor,
     session_summary,
@@ -21,6 +22,7 @@ REGISTRY: tuple[Projection[Any], ...] = (
     *queue_stats.PROJECTIONS,
     *commander.PROJECTIONS,
     *attempt_summary.PROJECTIONS,
+    *judge_run.PROJECTIONS,
     *core_records.PROJECTIONS,
     *session_summary.PROJECTIONS,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -13,8 +13,6 @@ from ledger.streams import RecordedEntry
 from ledger.task import STREAM_TYPE as TASK_STREAM
 from ledger.task import attempt_state_after, task_state_after
 from projections.projection import Fold, Merge, Projection, Rows
-
-SESSION_PATH = "/api/v1/sessions/{}"
 
 
 class TaskSummaryRow(ev.TaskPlace, frozen=True):
@@ -27,10 +25,15 @@ class TaskSummaryRow(ev.TaskPlace, frozen=True):
     change_seq: int
     payload_hash: str
     latest_attempt: dict[str, Any] | None
-    session_path: str | None
     creator: str
     created_at: datetime
     updated_at: datetime
+    attempt_count: int
+    """Statistic fields (SPEC 2.3): attempts reserved so far, and how long (ms, from its
+    runner job's start to its end) the latest ended attempt that had started ran."""
+    last_duration_ms: int | None
+    latest_started_at: datetime | None
+    """When the latest attempt's runner job started (the basis of ``last_duration_ms``)."""
 
 
 class ContractRow(msgspec.Struct, frozen=True):
@@ -55,19 +58,25 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             backend_profile=event.backend_profile,
             summary="submitted; waiting for dispatch", version=1, change_seq=entry.change_seq,
             payload_hash=event.payload_hash, latest_attempt=None,
-            session_path=None, creator=event.creator, created_at=entry.recorded_at,
-            updated_at=entry.recorded_at,
+            creator=event.creator, created_at=entry.recorded_at,
+            updated_at=entry.recorded_at, attempt_count=0, last_duration_ms=None,
+            latest_started_at=None,
         )
     if row is None or kind is ev.TaskReadCursorAdvanced:
         return row
     assert isinstance(event, ev.TaskEvent), "a task-stream fold"
     changed = {"version": row.version + 1, "change_seq": entry.change_seq,
                "updated_at": entry.recorded_at, "state": task_state_after(row.state, event)}
+    if kind is ev.JudgeRecorded:
+        return msgspec.structs.replace(row, **changed)
     if kind is ev.TaskCancelled:
         assert isinstance(event, ev.TaskCancelled)
         summary = f"cancelled: {event.reason}" if event.reason else "cancelled"
-        return msgspec.structs.replace(row, summary=summary,
-                                       latest_attempt=_latest(row, event), **changed)
+        latest = _latest(row, event)
+        if row.latest_attempt is not None and latest is not None \
+                and latest["state"] != row.latest_attempt["state"]:
+            changed["last_duration_ms"] = _duration(row, entry)
+        return msgspec.structs.replace(row, summary=summary, latest_attempt=latest, **changed)
     if kind is ev.AttemptReserved:
         assert isinstance(event, ev.AttemptReserved)
         attempt = {
@@ -75,15 +84,18 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             "state": attempt_state_after(None, event), "runId": event.run_id,
             "commandId": event.command_id,
             "runnerJobId": event.runner_job_id, "sessionId": event.session_id,
-            "sessionPath": SESSION_PATH.format(event.session_id),
             "failureKind": None, "failureMessage": None,
         }
         return msgspec.structs.replace(
-            row, latest_attempt=attempt, session_path=attempt["sessionPath"],
+            row, latest_attempt=attempt, attempt_count=row.attempt_count + 1,
+            latest_started_at=None,
             summary=f"attempt {event.retry_index} reserved; creating its runner job",
             **changed)
     assert row.latest_attempt is not None, "attempt event before task-attempt-reserved"
+    concerns_latest = getattr(event, "attempt_id", None) == row.latest_attempt["attemptId"]
     if kind is ev.AttemptMaterialized:
+        if concerns_latest:
+            changed["latest_started_at"] = entry.recorded_at
         return msgspec.structs.replace(
             row, latest_attempt=_latest(row, event, failureKind=None, failureMessage=None),
             summary=f"running (attempt {row.latest_attempt['retryIndex']})", **changed)
@@ -97,10 +109,21 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     detail = event.failure_kind or (f"exit code {event.exit_code}"
                                     if event.exit_code else "")
     summary = event.outcome + (f": {detail}" if detail else "")
+    if concerns_latest:
+        changed["last_duration_ms"] = _duration(row, entry)
     return msgspec.structs.replace(
         row, latest_attempt=_latest(row, event, failureKind=event.failure_kind,
                                     failureMessage=event.failure_message),
         summary=summary, **changed)
+
+
+def _duration(row: TaskSummaryRow, entry: RecordedEntry) -> int | None:
+    """Whole milliseconds from the latest attempt's start to this entry (None: it never
+    started, so the last duration stays that of an earlier attempt)."""
+    started = row.latest_started_at
+    if started is None:
+        return row.last_duration_ms
+    return (entry.recorded_at - started) // timedelta(milliseconds=1)
 
 
 def _latest(row: TaskSummaryRow, event: Any, **fields: Any) -> dict[str, Any] | None:

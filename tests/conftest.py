@@ -23,7 +23,7 @@ from api.app import create_app
 from ledger.database import APP_LOGIN, ensure_app_login, start_embedded, with_user
 from ledger.migrate import migrate
 from runner_assembly.settings import RunnerSettings
-from tests.support import unique_name, with_database, write_profile_secret
+from tests.support import server_tmp, unique_name, with_database, write_profile_secret
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 TEMPLATE = f"svc_template_{os.getpid()}"
@@ -32,15 +32,16 @@ SERVER_PIDS: dict[str, int] = {}
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url() -> Iterator[str]:
     """Admin URL of the Postgres server the tests use."""
     external = os.environ.get("SVC_DATABASE_URL")
     if external:
         yield external
         return
-    server = start_embedded(tmp_path_factory.mktemp("pg") / "data")
-    yield server.get_uri("postgres")
-    server.cleanup()
+    with server_tmp("svc-test-pg-") as directory:
+        server = start_embedded(directory / "data")
+        yield server.get_uri("postgres")
+        server.cleanup()
 
 
 async def _admin(server_url: str, sql: str) -> None:

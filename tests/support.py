@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -22,6 +25,18 @@ _counter = itertools.count()
 S = TypeVar("S")
 C = TypeVar("C")
 E = TypeVar("E")
+
+
+@contextmanager
+def server_tmp(prefix: str) -> Iterator[Path]:
+    """A private directory for a Postgres data directory, outside pytest's base temp: a
+    concurrent pytest session resets ``pytest-of-<user>`` to mode 0700, which would lock the
+    embedded server's own user out of a data directory below it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def with_database(url: str, name: str) -> str:
@@ -48,7 +63,8 @@ async def snapshot(url: str) -> dict[str, Any]:
         for table, key in (("task_summary", "task_id"), ("task_contract", "task_id"),
                            ("read_cursor", "reader_id, task_id"),
                            ("queue_stats", "queue, lane, state, backend_profile"),
-                           ("commander_view", "task_id"), ("session_summary", "session_id"),
+                           ("commander_view", "task_id"), ("judge_run", "task_id, judge_id"),
+                           ("session_summary", "session_id"),
                            ("session_turn", "runner_job_id"),
                            ("session_read_cursor", "reader_id, session_id"),
                            ("session_line", "session_id, channel, seq")):

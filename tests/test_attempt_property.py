@@ -24,9 +24,10 @@ from hypothesis.stateful import (
 
 from ledger.database import create_pool
 from ledger.errors import DomainError, IdempotencyConflict, InvalidTransition, TaskNotRetryable
+from ledger.events import JudgeVerdict
 from ledger.intake import submit_command
 from ledger.states import JobState
-from ledger.task import CancelTask
+from ledger.task import CancelTask, RecordJudge
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -125,7 +126,8 @@ class AttemptMachine(WriterMachine):
                 "payload": {"prompt": "p"}}
         command = submit_command(body, actor="test")
         self.run(self.writer.execute(command, "test"))
-        self.model[command.task_id] = {"state": "pending", "attempts": [], "keys": {}}
+        self.model[command.task_id] = {"state": "pending", "attempts": [], "keys": {},
+                                       "judges": []}
         return command.task_id
 
     @rule()
@@ -270,6 +272,25 @@ class AttemptMachine(WriterMachine):
         if latest and latest["state"] in ("reserved", RUNNING):
             latest["state"] = "cancelled"
 
+    @precondition(lambda self: bool(getattr(self, "model", None)))
+    @rule(data=st.data(), result=st.sampled_from(["pass", "fail"]))
+    def judge(self, data: st.DataObject, result: str) -> None:
+        """A judge's verdict: recorded on an ended attempt only, and it never retries."""
+        task_id = data.draw(st.sampled_from(sorted(self.model)))
+        task = self.model[task_id]
+        if not task["attempts"]:
+            return
+        attempt = data.draw(st.sampled_from(task["attempts"]))
+        verdict = JudgeVerdict(f"jdg_{len(task['judges'])}", attempt["id"], "judge",
+                               {"check": "tests"}, result, retry_suggested=result == "fail")
+        try:
+            self.run(self.writer.execute(RecordJudge(task_id, verdict), "test"))
+        except InvalidTransition:
+            assert attempt["state"] in ("reserved", RUNNING)
+            return
+        assert attempt["state"] not in ("reserved", RUNNING)
+        task["judges"].append(attempt["id"])
+
     @invariant()
     def ledger_matches_the_model(self) -> None:
         if not getattr(self, "model", None):
@@ -294,6 +315,16 @@ class AttemptMachine(WriterMachine):
         assert len({r["run_id"] for r in rows}) == len(rows)
         assert len({r["runner_job_id"] for r in rows}) == len(rows)
         assert all(n == 1 for n in self.driver.creations.values()), "a job was created twice"
+        judged: dict[str, list[str]] = {}
+        for row in self.run(self.pool.fetch(
+                "SELECT task_id, attempt_id FROM judge_run WHERE task_id = ANY($1)"
+                " ORDER BY change_seq", list(self.model))):
+            judged.setdefault(row["task_id"], []).append(row["attempt_id"])
+        assert judged == {t: task["judges"] for t, task in self.model.items() if task["judges"]}
+        counts = dict(self.run(self.pool.fetch(
+            "SELECT task_id, attempt_count FROM task_summary WHERE task_id = ANY($1)",
+            list(self.model))))
+        assert counts == {t: len(task["attempts"]) for t, task in self.model.items()}
 
 
 def test_attempts_never_duplicate_and_replay_matches(database_url: str, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port, svc_executable
+from tests.support import server_tmp
 from tests.test_cli import svc
 
 
@@ -82,8 +83,12 @@ def _embedded_postgres_running(data: Path) -> bool:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_the_embedded_postgres_stops_with_the_server(tmp_path: Path,
-                                                     stop: signal.Signals) -> None:
+def test_the_embedded_postgres_stops_with_the_server(stop: signal.Signals) -> None:
+    with server_tmp("svc-stop-") as tmp_path:
+        _serve_then_stop(tmp_path, stop)
+
+
+def _serve_then_stop(tmp_path: Path, stop: signal.Signals) -> None:
     port = free_port()
     env = {"PATH": os.environ.get("PATH", ""), "SVC_DATA_DIR": str(tmp_path / "data"),
            "SVC_PORT": str(port), "SVC_SHUTDOWN_GRACE_S": "2"}

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ledger import task as rules
 from ledger.errors import DomainError
-from ledger.events import AttemptEnd, TaskEvent
+from ledger.events import AttemptEnd, JudgeVerdict, TaskEvent
 from ledger.streams import RecordedEntry
 from projections import attempt_summary, task_summary
 from projections.attempt_summary import AttemptRow
@@ -118,6 +118,16 @@ class FoldAgreement(RuleBasedStateMachine):
     def read(self, reader: str) -> None:
         self.run(rules.MarkTaskRead(TASK, reader))
 
+    @rule(index=st.integers(0, 6), judge_id=st.sampled_from(["jdg_1", "jdg_2"]),
+          result=st.sampled_from(["pass", "fail"]), retry=st.booleans())
+    def judge(self, index: int, judge_id: str, result: str, retry: bool) -> None:
+        """A judge's verdict: recorded on an ended attempt, and never a retry."""
+        attempts = len(self.state.attempts) if self.state else 0
+        self.run(rules.RecordJudge(TASK, JudgeVerdict(
+            judge_id, self.known(index), "judge", {"check": "tests"}, result,
+            "tests-failed" if result == "fail" else None, retry)))
+        assert (len(self.state.attempts) if self.state else 0) == attempts
+
     @invariant()
     def projections_agree_with_the_decision_fold(self) -> None:
         if self.state is None:
@@ -125,6 +135,9 @@ class FoldAgreement(RuleBasedStateMachine):
             return
         assert self.row is not None
         assert (self.row.state, self.row.version) == (self.state.state, self.state.version)
+        assert self.row.attempt_count == len(self.state.attempts)
+        assert all(self.state.attempt(v.attempt_id) is not None
+                   for v in self.state.judges.values())
         assert {a.attempt_id: (a.state, a.failure_kind) for a in self.state.attempts} == {
             i: (row.state, row.failure_kind) for i, row in self.attempts.items()}
         latest = self.state.latest

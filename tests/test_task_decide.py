@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import msgspec
 import pytest
 
 from ledger import events as ev
@@ -13,6 +16,7 @@ from ledger.task import (
     FailMaterialization,
     FinishAttempt,
     MaterializeAttempt,
+    RecordJudge,
     RetryTask,
     SubmitTask,
     TaskCommand,
@@ -230,3 +234,40 @@ def test_a_keyed_submit_again_is_the_original_task_or_a_conflict() -> None:
         decide(state, keyed_submit(None))
     with pytest.raises(InvalidTransition):  # an unkeyed task is never a key's original
         decide(pending(), keyed_submit("k"))
+
+
+def verdict(judge_id: str = "jdg_1", attempt_id: str = "att_0",
+            result: str = "fail") -> ev.JudgeVerdict:
+    """A judge's verdict suggesting a retry."""
+    return ev.JudgeVerdict(judge_id, attempt_id, "reviewer", {"check": "tests"}, result,
+                           "tests-failed", True, "flaky")
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed", "blocked"])
+def test_a_verdict_on_an_ended_attempt_is_recorded_and_changes_no_state(outcome: str) -> None:
+    before = finished(outcome)
+    state, events = apply(before, RecordJudge(TASK, verdict()))
+    assert events == [ev.JudgeRecorded(**msgspec.structs.asdict(verdict()))]
+    assert (state.state, state.attempts) == (before.state, before.attempts), "never a retry"
+    assert state.version == before.version + 1 and state.judges == {"jdg_1": verdict()}
+    assert decide(state, RecordJudge(TASK, verdict())) == [], "the same verdict again"
+    with pytest.raises(IdempotencyConflict, match="judgeId"):
+        decide(state, RecordJudge(TASK, verdict(result="pass")))
+
+
+def test_a_cancelled_attempt_can_be_judged() -> None:
+    state = apply(running(), CancelTask(TASK))[0]
+    assert apply(state, RecordJudge(TASK, verdict()))[1] != []
+
+
+@pytest.mark.parametrize("make", [reserved, running])
+def test_an_attempt_that_has_not_ended_is_not_judged(make: Callable[[], TaskState]) -> None:
+    with pytest.raises(InvalidTransition, match="has not ended"):
+        decide(make(), RecordJudge(TASK, verdict()))
+
+
+def test_a_verdict_needs_the_task_and_its_attempt() -> None:
+    with pytest.raises(NotFound, match="attempt att_9"):
+        decide(finished("failed"), RecordJudge(TASK, verdict(attempt_id="att_9")))
+    with pytest.raises(NotFound, match="task"):
+        decide(None, RecordJudge(TASK, verdict()))

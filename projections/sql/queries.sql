@@ -24,7 +24,8 @@ WHERE h.id = 1
 -- name: get_task
 SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
        summary, version, change_seq, payload_hash, latest_attempt::text AS latest_attempt,
-       session_path, creator, created_at, updated_at, c.contract::text AS contract
+       creator, created_at, updated_at, attempt_count, last_duration_ms, latest_started_at,
+       c.contract::text AS contract
 FROM task_summary JOIN task_contract c USING (task_id) WHERE task_id = $1
 
 -- name: high_water
@@ -90,3 +91,17 @@ WHERE h.id = 1
 -- name: get_reserved_run
 SELECT a.task_id, a.attempt_id, a.state
 FROM attempt_summary a WHERE a.run_id = $1
+
+-- name: judge_runs
+-- The judge runs of some attempts of a task (NULL: every attempt), oldest first, bounded.
+SELECT task_id, judge_id, attempt_id, judge, result, failure_kind, retry_suggested,
+       retry_reason, summary, request::text AS request, change_seq, created_at
+FROM judge_run
+WHERE task_id = $1 AND ($2::text[] IS NULL OR attempt_id = ANY($2::text[]))
+ORDER BY change_seq
+LIMIT $3
+
+-- name: get_judge_run
+SELECT task_id, judge_id, attempt_id, judge, result, failure_kind, retry_suggested,
+       retry_reason, summary, request::text AS request, change_seq, created_at
+FROM judge_run WHERE task_id = $1 AND judge_id = $2

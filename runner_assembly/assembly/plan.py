@@ -83,6 +83,8 @@ class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
     capability: dict[str, object]
     thread: dict[str, object] = msgspec.field(default_factory=dict)
     """``mode`` (``start`` or ``resume``) and the ``threadId`` a resume continues."""
+    provider_id: str | None = None
+    """The run policy's ``providerId`` (SPEC 2.7), as the task carried it."""
     values_printed: bool = False
 
 
@@ -121,6 +123,7 @@ def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
         endpoint_defaults=assembly.endpoint_defaults, smoke_tools=list(smoke_tools),
         capability=work_ready_summary(),
         thread={"mode": "resume" if thread_id else "start", "threadId": thread_id},
+        provider_id=assembly.provider_id,
     )
 
 

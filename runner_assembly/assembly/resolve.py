@@ -93,6 +93,8 @@ class Assembly(msgspec.Struct, kw_only=True, rename="camel"):
     secrets: list[SecretUse]
     transient_env: NamesSummary
     endpoint_defaults: list[str]
+    provider_id: str | None = None
+    """The run policy's ``providerId`` (SPEC 2.7), carried as sent."""
     values_printed: bool = False
 
 
@@ -157,6 +159,7 @@ class Resolver:
             branch=workspace.get("branch"),
             fetches=self._fetches(bundle), secrets=secrets,
             transient_env=names_summary(transient_env), endpoint_defaults=endpoint_defaults,
+            provider_id=contract.get("providerId"),
         )
 
     def _checked(self, use: SecretUse) -> SecretUse:

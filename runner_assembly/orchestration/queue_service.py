@@ -10,7 +10,7 @@ import msgspec
 from ledger.errors import NotFound
 from ledger.intake import payload_hash
 from ledger.states import AttemptStatus
-from ledger.task import CancelTask, SubmitTask, TaskCommand
+from ledger.task import CancelTask, RecordJudge, SubmitTask, TaskCommand
 from ledger.writer import LedgerWriter
 from projections import queries
 from runner_assembly.assembly.capability import work_ready_summary
@@ -63,6 +63,16 @@ class QueueService:
             if attempt is not None:
                 await self.dispatcher.cancel_job(attempt.run_id, attempt.runner_job_id)
         return None
+
+    async def judge(self, command: RecordJudge, dry_run: bool) -> Preview | bool:
+        """Record a judge's verdict (True; False when the same verdict was recorded before),
+        or preview it. A verdict never retries anything (SPEC 4.3 rule 6.10)."""
+        if dry_run:
+            outcome = await self.writer.plan(command)
+            return Preview("judge", command.task_id, outcome.before, outcome.state,
+                           outcome.events, {"judgeId": command.verdict.judge_id,
+                                            "attemptId": command.verdict.attempt_id})
+        return bool((await self.writer.execute(command, ACTOR)).events)
 
     async def dispatch(self, task_id: str, attempt_id: str | None, env: dict[str, str],
                        dry_run: bool) -> Preview | None:

@@ -13,11 +13,11 @@ VALUES (:seq, 'task', 'tsk_b' || :n, 1, 'task-submitted',
         '\x3333333333333333333333333333333333333333333333333333333333333333');
 INSERT INTO task_summary (task_id, tenant_id, project_id, queue, lane, title, priority, state,
                           backend_profile, summary, version, change_seq, payload_hash,
-                          latest_attempt, session_path, creator, created_at, updated_at)
+                          latest_attempt, creator, created_at, updated_at)
 VALUES ('tsk_b' || :n, 'bench', 'bench', 'bench', 'default', 'bench', 50, 'pending', NULL,
         'submitted; waiting for dispatch', 1, :seq,
         '0000000000000000000000000000000000000000000000000000000000000000',
-        NULL, NULL, 'api', now(), now())
+        NULL, 'api', now(), now())
 ON CONFLICT (task_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version,
        change_seq = EXCLUDED.change_seq, updated_at = EXCLUDED.updated_at;
 INSERT INTO task_contract (task_id, contract)
