@@ -59,14 +59,14 @@ class QueueController(Controller):
         self, queue_api: QueueDep, queue: QueueQuery = None,
         task_state: TaskStateQuery = None, cursor: Cursor = None, limit: Limit = 50,
         updated_after: UpdatedAfter = None,
-    ) -> wire.TaskList:
+    ) -> Response[wire.TaskList]:
         """List tasks newest first; with ``updatedAfter`` only those changed after it."""
         return await queue_api.list_tasks(queue, task_state, cursor, limit, updated_after)
 
     @get("/tasks/{task_id:str}", responses=READ_ERRORS)
-    async def show(self, queue_api: QueueDep, task_id: TaskId) -> wire.TaskDetail:
+    async def show(self, queue_api: QueueDep, task_id: TaskId) -> Response[wire.TaskDetail]:
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
-        return await queue_api.task_detail(task_id)
+        return await queue_api.show(task_id)
 
     @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
           opt=body(wire.CancelBody, examples.CANCEL, required=False))
@@ -86,13 +86,14 @@ class QueueController(Controller):
         return await queue_api.read(task_id, body.reader_id, dry_run)
 
     @get("/stats", responses=READ_ERRORS)
-    async def stats(self, queue_api: QueueDep, queue: QueueQuery = None) -> wire.QueueStats:
+    async def stats(self, queue_api: QueueDep,
+                    queue: QueueQuery = None) -> Response[wire.QueueStats]:
         """Task counts by queue, lane, state and backend profile."""
         return await queue_api.stats(queue)
 
     @get("/commander", responses=READ_ERRORS)
     async def commander(self, queue_api: QueueDep, queue: QueueQuery = None,
                         reader_id: ReaderQuery = None,
-                        limit: CommanderLimit = 20) -> wire.CommanderView:
+                        limit: CommanderLimit = 20) -> Response[wire.CommanderView]:
         """The tasks needing attention first, with counts by state and unread flags."""
         return await queue_api.commander(queue, reader_id, limit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -15,6 +16,7 @@ from prometheus_client import Counter
 from api import session_wire as sw
 from api import views, wire
 from api.observability import Metrics
+from api.read_cache import ReadCache
 from ledger import intake, session_lines
 from ledger.errors import DomainError, InvalidRequest, NotFound
 from ledger.events import JudgeVerdict
@@ -66,6 +68,7 @@ class QueueApi:
         self.settings = settings
         self.queue = queue
         self.metrics = metrics
+        self.cache = ReadCache()
 
     async def task_detail(self, task_id: str,
                           work_ready: dict[str, object] | None = None) -> wire.TaskDetail:
@@ -107,23 +110,45 @@ class QueueApi:
             return dry_run(preview)
         return await self.task_detail(command.task_id)
 
-    async def list_tasks(self, queue: str | None, state: str | None, cursor: str | None,
-                         limit: int, updated_after: int | None) -> wire.TaskList:
-        """A page of tasks, newest first."""
-        page = await queries.list_tasks(self.pool, queue=queue, state=state,
-                                        cursor=cursor, limit=limit, updated_after=updated_after)
-        return views.task_list(page, self.settings.timeout_budgets)
+    async def show(self, task_id: str) -> Response[Any]:
+        """The task detail (``GET``), encoded once per ledger head."""
+        async def compute() -> tuple[int, wire.TaskDetail]:
+            return head, await self.task_detail(task_id)
 
-    async def stats(self, queue: str | None) -> wire.QueueStats:
-        """Task counts by queue, lane, state and backend profile."""
-        return views.queue_stats(queue, await queries.stats(self.pool, queue))
+        head = await queries.high_water(self.pool)
+        return await self.cache.answer(("show", task_id), head, compute)
+
+    async def list_tasks(self, queue: str | None, state: str | None, cursor: str | None,
+                         limit: int, updated_after: int | None) -> Response[Any]:
+        """A page of tasks, newest first; encoded once per ledger head."""
+        async def compute() -> tuple[int, wire.TaskList]:
+            page = await queries.list_tasks(self.pool, queue=queue, state=state, cursor=cursor,
+                                            limit=limit, updated_after=updated_after)
+            return page.high_water, views.task_list(page, self.settings.timeout_budgets)
+
+        key = ("list", queue, state, cursor, limit, updated_after)
+        return await self.cache.answer(key, await queries.high_water(self.pool), compute)
+
+    async def stats(self, queue: str | None) -> Response[Any]:
+        """Task counts by queue, lane, state and backend profile; once per ledger head."""
+        async def compute() -> tuple[int, wire.QueueStats]:
+            result = await queries.stats(self.pool, queue)
+            return result.high_water, views.queue_stats(queue, result)
+
+        return await self.cache.answer(("stats", queue), await queries.high_water(self.pool),
+                                       compute)
 
     async def commander(self, queue: str | None, reader_id: str | None,
-                        limit: int) -> wire.CommanderView:
-        """The tasks needing attention first."""
-        result = await queries.commander(self.pool, queue=queue, reader_id=reader_id,
-                                         limit=limit)
-        return views.commander(queue, reader_id, result, self.settings.timeout_budgets)
+                        limit: int) -> Response[Any]:
+        """The tasks needing attention first; encoded once per ledger head."""
+        async def compute() -> tuple[int, wire.CommanderView]:
+            result = await queries.commander(self.pool, queue=queue, reader_id=reader_id,
+                                             limit=limit)
+            return result.stats.high_water, views.commander(
+                queue, reader_id, result, self.settings.timeout_budgets)
+
+        key = ("commander", queue, reader_id, limit)
+        return await self.cache.answer(key, await queries.high_water(self.pool), compute)
 
     async def dispatch(self, task_id: str, body: wire.DispatchBody,
                        dry: bool) -> wire.TaskDetail | wire.DryRun:

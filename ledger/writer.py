@@ -43,6 +43,12 @@ class _Item:
     actor: str
     future: asyncio.Future[Outcome]
     pending_indexes: list[int] = field(default_factory=list)
+    after: _Item | None = None
+    """The command before this one in an :meth:`LedgerWriter.execute_all` group."""
+
+
+class _Skipped(Exception):
+    """A grouped command not run because the one before it was refused or failed."""
 
 
 def utc_now() -> datetime:
@@ -116,6 +122,26 @@ class LedgerWriter:
         await self._queue.put(_Item(command, actor, future))
         return await future
 
+    async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
+        """Execute ``commands`` in order as if one after another, but in one transaction
+        when the batch allows (one head lock, one WAL flush). The first refusal or failure
+        is raised and the commands after it are not run; those before it stay committed,
+        exactly as with consecutive :meth:`execute` calls."""
+        if self._task is None:
+            raise LedgerUnavailable("the ledger writer is not running")
+        loop = asyncio.get_running_loop()
+        items: list[_Item] = []
+        for command in commands:  # queued without yielding: the next batch takes them all
+            items.append(_Item(command, actor, loop.create_future(),
+                               after=items[-1] if items else None))
+            self._queue.put_nowait(items[-1])
+        results = await asyncio.gather(*(item.future for item in items),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, _Skipped):
+                raise result
+        return [result for result in results if isinstance(result, Outcome)]
+
     async def plan(self, command: Command) -> Outcome:
         """Decide without appending: the dry-run of a command. Raises the same refusals."""
         async with self._pool.acquire() as conn:
@@ -155,7 +181,7 @@ class LedgerWriter:
             for item, outcome in zip(batch, outcomes, strict=True):
                 if item.future.done():
                     continue
-                if isinstance(outcome, DomainError):
+                if isinstance(outcome, Exception):
                     item.future.set_exception(outcome)
                 else:
                     item.future.set_result(outcome)
@@ -163,7 +189,7 @@ class LedgerWriter:
         for item in batch:
             _fail(item, StreamVersionConflict())
 
-    async def _try_batch(self, batch: list[_Item]) -> list[Outcome | DomainError]:
+    async def _try_batch(self, batch: list[_Item]) -> list[Outcome | Exception]:
         conn = await self._pool.acquire()
         try:
             outcomes, recorded = await self._commit_on(conn, batch)
@@ -179,7 +205,7 @@ class LedgerWriter:
 
     async def _commit_on(
         self, conn: DbConnection, batch: list[_Item]
-    ) -> tuple[list[Outcome | DomainError], list[RecordedEntry]]:
+    ) -> tuple[list[Outcome | Exception], list[RecordedEntry]]:
         """Decide, append and project the batch in one transaction on ``conn``, then commit;
         a connection lost during COMMIT is :class:`CommitUnknown`."""
         transaction = conn.transaction()
@@ -202,14 +228,18 @@ class LedgerWriter:
 
     async def _decide_and_append(
         self, conn: DbConnection, batch: list[_Item]
-    ) -> tuple[list[Outcome | DomainError], list[RecordedEntry]]:
+    ) -> tuple[list[Outcome | Exception], list[RecordedEntry]]:
         """Inside the batch's transaction: decide every command, append and project."""
         head = await store.lock_head(conn)
         states = await load_states(conn, [item.command for item in batch])
         pending: list[store.PendingEvent] = []
-        outcomes: list[Outcome | DomainError] = []
+        outcomes: list[Outcome | Exception] = []
+        decided: dict[int, Outcome | Exception] = {}
         now = self._clock()
         for item in batch:
+            if _predecessor_failed(item, decided):
+                outcomes.append(decided.setdefault(id(item), _Skipped()))
+                continue
             command = item.command
             kind = stream_kind_for(command)
             state, version = states[command.stream_id]
@@ -217,7 +247,7 @@ class LedgerWriter:
             try:
                 events = kind.decide(state, command)
             except DomainError as refusal:
-                outcomes.append(refusal)
+                outcomes.append(decided.setdefault(id(item), refusal))
                 continue
             item.pending_indexes = []
             for event in events:
@@ -227,7 +257,8 @@ class LedgerWriter:
                 pending.append(store.PendingEvent(kind.stream_type, command.stream_id,
                                                   version, event, item.actor, now))
             states[command.stream_id] = (state, version)
-            outcomes.append(Outcome(command.stream_id, events, state, before=before))
+            outcomes.append(decided.setdefault(
+                id(item), Outcome(command.stream_id, events, state, before=before)))
         try:
             _, recorded = await store.append(conn, head, pending)
             if recorded:
@@ -235,6 +266,18 @@ class LedgerWriter:
         except asyncpg.PostgresError as error:
             raise store.translate_error(error) from error
         return outcomes, recorded
+
+
+def _predecessor_failed(item: _Item, decided: dict[int, Outcome | Exception]) -> bool:
+    """Whether the command before ``item`` in its group was refused, skipped or failed
+    (decided in this batch, or already answered by an earlier one)."""
+    previous = item.after
+    if previous is None:
+        return False
+    if id(previous) in decided:
+        return isinstance(decided[id(previous)], Exception)
+    future = previous.future
+    return future.done() and (future.cancelled() or future.exception() is not None)
 
 
 def _fail(item: _Item, error: Exception) -> None:

@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import re2
+
+import runner_assembly
 from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.assembly.names import (
@@ -36,6 +40,23 @@ from runner_assembly.drivers.protocol import (
 )
 from runner_assembly.runner.jobfiles import read_json, write_json_atomically
 from runner_assembly.runner.sandbox import BWRAP, MODES, SandboxUnavailable, find_bwrap
+
+RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
+    str(Path(module.__file__ or "").resolve().parents[1])
+    for module in (runner_assembly, msgspec, re2)))
+"""Where the runner's packages live: the runner starts with ``-I -S`` (no ``site``, no
+``.pth`` import hooks, nothing from the environment), so it is told these paths instead."""
+RUNNER_BOOT = ("import sys; sys.path[:0] = {roots!r}; "
+               "from runner_assembly.runner.local import main; sys.exit(main())")
+
+
+def runner_command(folder: Path, secret_root: str, bwrap: str | None) -> list[str]:
+    """The runner's command line: an isolated interpreter without ``site`` (about half of a
+    bare interpreter's start-up) that imports the runner from the known roots."""
+    sandbox = ["--bwrap", bwrap] if bwrap else []
+    return [sys.executable, "-I", "-S", "-c",
+            RUNNER_BOOT.format(roots=list(RUNNER_IMPORT_ROOTS)),
+            str(folder), "--secret-root", secret_root, *sandbox]
 
 
 def write_job_secret(folder: Path, values: dict[str, str]) -> None:
@@ -137,13 +158,11 @@ class LocalDriver:
 
     def _spawn(self, folder: Path, secret_root: str) -> int:
         env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder)}
-        sandbox = ["--bwrap", self.bwrap] if self.bwrap else []
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "runner_assembly.runner.local", str(folder),
-                     "--secret-root", secret_root, *sandbox],
-                    env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    runner_command(folder, secret_root, self.bwrap), env=env, cwd=folder,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, close_fds=True,
                 )
             except OSError as error:

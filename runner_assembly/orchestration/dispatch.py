@@ -35,10 +35,11 @@ from ledger.states import (
     FailureKind,
     JobState,
     RunStatus,
+    StorageKind,
     attempt_outcome,
     run_status_of,
 )
-from ledger.streams import TASK_STREAM
+from ledger.streams import TASK_STREAM, Command
 from ledger.task import (
     AttemptIds,
     AttemptState,
@@ -181,7 +182,8 @@ class Dispatcher:
         if outcome.events:
             faults.crash_after_reserve(self.settings.faults)
         if attempt.state == AttemptStatus.RESERVED:
-            await self.materialize(facts.task_id, attempt.attempt_id, facts, transient_env)
+            await self.materialize(facts.task_id, attempt.attempt_id, facts, transient_env,
+                                   attempt)
         return attempt.attempt_id
 
     async def check_session(self, facts: TaskFacts) -> None:
@@ -270,49 +272,38 @@ class Dispatcher:
         return False
 
     async def materialize(self, task_id: str, attempt_id: str, facts: TaskFacts | None = None,
-                          transient_env: dict[str, str] | None = None) -> None:
-        """Create the attempt's run and runner job (or adopt them); record the outcome."""
+                          transient_env: dict[str, str] | None = None,
+                          reserved: AttemptState | None = None) -> None:
+        """Create the attempt's run and runner job (or adopt them); record the outcome.
+
+        ``reserved``: the attempt as the caller's reservation left it (its ids never change),
+        which spares a fold of the task stream; the state is always re-read under the fence.
+        Ledger writes are grouped (one transaction each when the writer can): the run, the
+        session and the turn's reservation, committed before the driver creates the job;
+        then the job, the turn's start and the attempt's materialisation.
+        """
         facts = facts or await self.facts(task_id)
-        task = await self.task_state(task_id)
-        reserved = task.attempt(attempt_id) if task is not None else None
+        if reserved is None or reserved.ids is None:
+            task = await self.task_state(task_id)
+            reserved = task.attempt(attempt_id) if task is not None else None
         if reserved is None or reserved.ids is None:
             raise NotFound(f"attempt {attempt_id} not found", attemptId=attempt_id)
         row = reserved.ids
+        env = transient_env or {}
         async with self.fence(row.run_id, attempt_id) as conn:
             task = await self.task_state(task_id)
             current = task.attempt(attempt_id) if task is not None else None
             if current is None or current.state != AttemptStatus.RESERVED:
                 return  # another caller finished it while we waited at the fence
-            await self._create_run(task_id, attempt_id, row, facts)
             ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,
                       command_id=row.command_id, runner_job_id=row.runner_job_id)
             session_id = row.session_id
             async with self.sessions.lock(session_id, conn):
-                try:
-                    session = await self.sessions.open(
-                        session_id, self._conversation(facts, session_id), row.backend_profile,
-                        persistent=facts.persistent_session)
-                    thread = facts.thread(session.thread_id)
-                    plan = self.job_plan(facts, ids, transient_env or {}, thread)
-                except (AssemblyFailure, DomainError) as failure:
-                    kind, message = _failure_of(failure)
-                    log.debug("assembly of attempt %s failed: %s: %s", attempt_id, kind,
-                              message)
-                    await self._fail(task_id, attempt_id, kind, message)
+                created = await self._reserve_job(conn, facts, ids, row, env)
+                if created is None:
                     return
-                if self.settings.retention and not await self._take_capacity(conn):
-                    await self._fail(task_id, attempt_id, FailureKind.INFRA_FAILED,
-                                     "runner capacity of the namespace is exhausted")
-                    return
-                spec = self.job_spec(facts, row, plan, transient_env or {}, thread)
-                try:  # the turn is reserved before its job exists; a replay finds it
-                    await self.sessions.reserve_turn(
-                        session_id, run_id=row.run_id, command_id=row.command_id,
-                        runner_job_id=row.runner_job_id, thread_id=thread,
-                        task_id=task_id, prompt=facts.prompt, profile=row.backend_profile)
-                except DomainError as refusal:
-                    await self._fail(task_id, attempt_id, *_failure_of(refusal))
-                    return
+                plan, thread = created
+                spec = self.job_spec(facts, row, plan, env, thread)
                 log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
                           attempt_id, msgspec.json.encode(plan).decode())
                 try:
@@ -322,14 +313,63 @@ class Dispatcher:
                                                      error.kind, bounded(error.message))
                     await self._fail(task_id, attempt_id, error.kind, error.message)
                     return
-                await self.writer.execute(RecordRunnerJob(
-                    row.run_id, handle.driver, handle.handle, msgspec.to_builtins(plan)),
-                    ACTOR)
-                await self.sessions.start_turn(session_id, handle, row.runner_job_id)
-            outcome = await self.writer.execute(MaterializeAttempt(task_id, attempt_id), ACTOR)
-        attempt = outcome.state.attempt(attempt_id)
+                outcomes = await self.writer.execute_all([
+                    RecordRunnerJob(row.run_id, handle.driver, handle.handle,
+                                    msgspec.to_builtins(plan)),
+                    self.sessions.start_command(session_id, handle, row.runner_job_id),
+                    MaterializeAttempt(task_id, attempt_id)], ACTOR)
+        attempt = outcomes[-1].state.attempt(attempt_id)
         if attempt is not None and attempt.state == AttemptStatus.CANCELLED:
             await self.cancel_job(row.run_id, row.runner_job_id)
+
+    async def _reserve_job(self, conn: DbConnection, facts: TaskFacts, ids: Ids,
+                           row: AttemptIds, env: dict[str, str]
+                           ) -> tuple[RunnerJobPlan, str | None] | None:
+        """Record the run, open the session and reserve its turn (in this order, before the
+        job exists); the job's plan and thread, or None when the attempt failed instead."""
+        session_id = row.session_id
+        existing = await self.sessions.row(session_id)
+        conversation = existing.conversation_id if existing \
+            else self._conversation(facts, session_id)
+        thread = facts.thread(existing.thread_id if existing else None)
+        plan: RunnerJobPlan | None = None
+        failure: tuple[str, str] | None = None
+        try:
+            plan = self.job_plan(facts, ids, env, thread)
+        except AssemblyFailure as assembly_failure:
+            failure = _failure_of(assembly_failure)
+        reserve = self.sessions.reserve_command(
+            session_id, existing, run_id=row.run_id, command_id=row.command_id,
+            runner_job_id=row.runner_job_id, thread_id=thread, task_id=facts.task_id,
+            prompt=facts.prompt, profile=row.backend_profile)
+        commands: list[Command] = [
+            self._create_run(ids.task_id, ids.attempt_id, row, facts),
+            self.sessions.open_command(session_id, self._conversation(facts, session_id),
+                                       row.backend_profile,
+                                       persistent=facts.persistent_session)]
+        reserved_with_them = failure is None and not self.settings.retention
+        if reserved_with_them:
+            commands.append(reserve)  # no capacity to take first: one transaction
+        try:
+            await self.writer.execute_all(commands, ACTOR)
+            storage = existing.storage_kind if existing else StorageKind.VOLUME \
+                if facts.persistent_session else StorageKind.NONE
+            await self.sessions.ensure_volume(session_id, conversation, storage)
+            if failure is not None:
+                await self._fail(ids.task_id, ids.attempt_id, *failure)
+                log.debug("assembly of attempt %s failed: %s: %s", ids.attempt_id, *failure)
+                return None
+            if not reserved_with_them:
+                if not await self._take_capacity(conn):
+                    await self._fail(ids.task_id, ids.attempt_id, FailureKind.INFRA_FAILED,
+                                     "runner capacity of the namespace is exhausted")
+                    return None
+                await self.writer.execute(reserve, ACTOR)
+        except DomainError as refusal:  # the session's (CreateRun never refuses)
+            await self._fail(ids.task_id, ids.attempt_id, *_failure_of(refusal))
+            return None
+        assert plan is not None
+        return plan, thread
 
     def job_spec(self, facts: TaskFacts, row: JobIdentity | AttemptIds, plan: RunnerJobPlan,
                   transient_env: dict[str, str], thread_id: str | None) -> JobSpec:
@@ -358,17 +398,17 @@ class Dispatcher:
         return conversation if isinstance(conversation, str) \
             else "cnv_" + session_id.removeprefix("ses_")
 
-    async def _create_run(self, task_id: str, attempt_id: str, row: AttemptIds,
-                          facts: TaskFacts) -> None:
+    def _create_run(self, task_id: str, attempt_id: str, row: AttemptIds,
+                    facts: TaskFacts) -> CreateRun:
         prompt = facts.prompt.encode()
-        await self.writer.execute(CreateRun(
+        return CreateRun(
             run_id=row.run_id, task_id=task_id, attempt_id=attempt_id,
             command_id=row.command_id, runner_job_id=row.runner_job_id,
             session_id=row.session_id, conversation_id=self._conversation(facts, row.session_id),
             backend_profile=row.backend_profile,
             resource_bundle_ref=facts.resource_bundle_ref,
             prompt_sha256=hashlib.sha256(prompt).hexdigest(), prompt_bytes=len(prompt),
-        ), ACTOR)
+        )
 
     async def _fail(self, task_id: str, attempt_id: str, kind: str, message: str) -> None:
         """Fail the attempt's materialisation, then end its run with the same blocker

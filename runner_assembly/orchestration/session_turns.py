@@ -119,40 +119,63 @@ class SessionTurns:
         refuse_new_turn(state, profile, runner_job_id)
         return await self.row(session_id)
 
-    async def open(self, session_id: str, conversation_id: str, profile: str, *,
-                   persistent: bool, run_id: str | None = None) -> SessionRow:
-        """Create the session (and its volume) or find it; the volume exists afterwards."""
+    def open_command(self, session_id: str, conversation_id: str, profile: str, *,
+                     persistent: bool, run_id: str | None = None) -> OpenSession:
+        """The command that creates the session (a no-op when it exists)."""
         ttl = self.settings.session_ttl_s
         volume = self.volume(session_id, conversation_id) if persistent else None
-        await self.writer.execute(OpenSession(
+        return OpenSession(
             session_id=session_id, conversation_id=conversation_id, backend_profile=profile,
             storage_kind=StorageKind.VOLUME if persistent else StorageKind.NONE,
             pvc_name=str(volume["pvcName"]) if volume else None, ttl_seconds=ttl,
-            expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id),
-            ACTOR)
+            expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id)
+
+    async def ensure_volume(self, session_id: str, conversation_id: str,
+                            storage_kind: StorageKind) -> None:
+        """Create the session's volume if the session keeps one (after it is recorded)."""
+        if storage_kind == StorageKind.VOLUME:
+            await self.driver.ensure_volume(self.volume(session_id, conversation_id))
+
+    async def open(self, session_id: str, conversation_id: str, profile: str, *,
+                   persistent: bool, run_id: str | None = None) -> SessionRow:
+        """Create the session (and its volume) or find it; the volume exists afterwards."""
+        await self.writer.execute(self.open_command(
+            session_id, conversation_id, profile, persistent=persistent, run_id=run_id), ACTOR)
         row = await self.row(session_id)
         assert row is not None
-        if row.storage_kind == StorageKind.VOLUME:
-            await self.driver.ensure_volume(self.volume(session_id, row.conversation_id))
+        await self.ensure_volume(session_id, row.conversation_id, row.storage_kind)
         return row
+
+    def reserve_command(self, session_id: str, row: SessionRow | None, *, run_id: str,
+                        command_id: str, runner_job_id: str, thread_id: str | None,
+                        task_id: str | None, prompt: str, profile: str) -> ReserveTurn:
+        """The command that reserves a turn; ``row`` is the session's row (None: the session
+        is being opened with the default TTL)."""
+        ttl = row.ttl_seconds if row else self.settings.session_ttl_s
+        encoded = prompt.encode()
+        return ReserveTurn(session_id, TurnFacts(
+            run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
+            thread_id=thread_id, expires_at=expires_after(datetime.now(UTC), ttl),
+            task_id=task_id, prompt_sha256=hashlib.sha256(encoded).hexdigest(),
+            prompt_bytes=len(encoded)), profile)
 
     async def reserve_turn(self, session_id: str, *, run_id: str, command_id: str,
                            runner_job_id: str, thread_id: str | None, task_id: str | None,
                            prompt: str, profile: str) -> None:
         """Reserve the turn before its runner job exists (a replay finds it and goes on)."""
-        row = await self.row(session_id)
-        ttl = row.ttl_seconds if row else self.settings.session_ttl_s
-        encoded = prompt.encode()
-        await self.writer.execute(ReserveTurn(session_id, TurnFacts(
-            run_id=run_id, command_id=command_id, runner_job_id=runner_job_id,
-            thread_id=thread_id, expires_at=expires_after(datetime.now(UTC), ttl),
-            task_id=task_id, prompt_sha256=hashlib.sha256(encoded).hexdigest(),
-            prompt_bytes=len(encoded)), profile), ACTOR)
+        await self.writer.execute(self.reserve_command(
+            session_id, await self.row(session_id), run_id=run_id, command_id=command_id,
+            runner_job_id=runner_job_id, thread_id=thread_id, task_id=task_id, prompt=prompt,
+            profile=profile), ACTOR)
+
+    def start_command(self, session_id: str, handle: JobHandle,
+                      runner_job_id: str) -> StartTurn:
+        """The command that records that the reserved turn's runner job exists."""
+        return StartTurn(session_id, runner_job_id, handle.driver, handle.handle)
 
     async def start_turn(self, session_id: str, handle: JobHandle, runner_job_id: str) -> None:
         """Record that the reserved turn's runner job exists."""
-        await self.writer.execute(StartTurn(session_id, runner_job_id, handle.driver,
-                                            handle.handle), ACTOR)
+        await self.writer.execute(self.start_command(session_id, handle, runner_job_id), ACTOR)
 
     async def abandon_turn(self, session_id: str, runner_job_id: str, failure_kind: str,
                            failure_message: str) -> None:

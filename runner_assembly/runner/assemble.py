@@ -12,13 +12,16 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.redaction import redact
 from runner_assembly.assembly import workspace_root
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
-from runner_assembly.runner import bundle, capabilities, projection, prompts, smoke
+from runner_assembly.runner import capabilities, projection, smoke
 from runner_assembly.runner.layout import Layout
+
+if TYPE_CHECKING:  # bundle and prompts (git, shutil, lzma) load only for a bundle job
+    from runner_assembly.runner import bundle
 
 MAX_EVENT_BYTES = 64 * 1024
 
@@ -92,6 +95,8 @@ class Assembler:
         summary = plan["resourceBundle"]
         tools_bundle = False
         if summary is not None:
+            from runner_assembly.runner import bundle, prompts  # lazy: start-up cost
+
             self._step("materialize-bundle")
             made = bundle.materialize(summary, layout,
                                       projection.repository_credential(plan["secrets"],

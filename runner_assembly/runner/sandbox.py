@@ -77,6 +77,9 @@ def python_paths() -> list[Path]:
     paths = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                           sys.base_exec_prefix)}
     paths.add(Path(sys.executable).resolve().parent)
+    venv = Path(sys.executable).absolute().parent.parent  # sys.prefix without ``site`` (-S)
+    if (venv / "pyvenv.cfg").is_file():
+        paths.add(venv.resolve())
     for name in PROJECT_PACKAGES:
         spec = importlib.util.find_spec(name)
         for location in (spec.submodule_search_locations or []) if spec else []:

@@ -10,13 +10,17 @@ from __future__ import annotations
 import shutil
 
 from ledger.states import FailureKind
-from runner_assembly.assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
 from runner_assembly.assembly.failures import AssemblyFailure
 
 
 def probe(tools: list[str], path: str, tools_bundle: bool) -> list[dict[str, object]]:
     """Each required tool, in order, with whether it is on ``path``."""
-    wanted = list(dict.fromkeys([*tools, *(TOOLS_BUNDLE_SMOKE_TOOLS if tools_bundle else ())]))
+    bundle_tools: tuple[str, ...] = ()
+    if tools_bundle:  # defaults load msgspec: a job without a tools bundle starts without it
+        from runner_assembly.assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
+
+        bundle_tools = TOOLS_BUNDLE_SMOKE_TOOLS
+    wanted = list(dict.fromkeys([*tools, *bundle_tools]))
     return [{"name": tool, "found": shutil.which(tool, path=path) is not None}
             for tool in wanted]
 
