@@ -154,19 +154,20 @@ class QueueApi:
                                 change_seq=page.high_water)
 
     async def retry(self, task_id: str, body: wire.RetryBody,
-                    dry: bool) -> wire.Attempt | wire.DryRun:
-        """Retry under an idempotency key (counted by outcome), or answer the dry run."""
+                    dry: bool) -> Response[wire.Attempt | wire.DryRun]:
+        """Retry under an idempotency key (counted by outcome), or answer the dry run. A key
+        already used answers its original attempt with ``Idempotent-Replayed: true``."""
         if dry or body.dry_run:
             preview = await self.queue.retry(task_id, body.idempotency_key, body.reason, True)
             assert isinstance(preview, Preview)
-            return dry_run(preview)
+            return Response(dry_run(preview), status_code=HTTP_200_OK)
         with counted(self.metrics.retries, False) as outcome_of:
-            attempt_id = await self.queue.retry(task_id, body.idempotency_key, body.reason,
-                                                False)
-            assert isinstance(attempt_id, str)
+            result = await self.queue.retry(task_id, body.idempotency_key, body.reason, False)
+            assert isinstance(result, tuple)
+            attempt_id, replayed = result
             attempt = await self._attempt(task_id, attempt_id)
             outcome_of(attempt.state)
-            return attempt
+            return Response(attempt, status_code=HTTP_200_OK, headers=_replayed(replayed))
 
     async def _attempt(self, task_id: str, attempt_id: str) -> wire.Attempt:
         row = await queries.get_attempt(self.pool, task_id, attempt_id)

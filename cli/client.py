@@ -10,6 +10,7 @@ import msgspec
 from cyclopts import Parameter
 
 DEFAULT_API = "http://127.0.0.1:8080"
+REPLAYED_HEADER = "Idempotent-Replayed"
 T = TypeVar("T")
 Param = str | int | bool | None
 
@@ -30,6 +31,8 @@ class ApiResponse:
     status: int
     data: object
     text: str
+    replayed: bool = False
+    """The API answered an idempotent replay (header ``Idempotent-Replayed: true``)."""
 
     @property
     def ok(self) -> bool:
@@ -81,7 +84,8 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param
         data = msgspec.json.decode(response.content) if response.content else None
     except msgspec.DecodeError:
         data = None
-    return ApiResponse(response.status_code, data, response.text)
+    replayed = response.headers.get(REPLAYED_HEADER, "").lower() == "true"
+    return ApiResponse(response.status_code, data, response.text, replayed)
 
 
 def base_url(api: str) -> str:
