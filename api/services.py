@@ -79,7 +79,8 @@ class QueueApi:
         """Store a validated task (201), or answer its dry run (200). Under an idempotency
         key already used with the same body: the original task (200, ``Idempotent-Replayed``)."""
         command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR,
-                                        idempotency_key=idempotency_key)
+                                        idempotency_key=idempotency_key,
+                                        default_profile=self.settings.default_profile)
         result = await self.queue.submit(command, dry)
         if isinstance(result, Preview):
             return Response(dry_run(result), status_code=HTTP_200_OK,

@@ -50,6 +50,11 @@ class AttemptRow(msgspec.Struct, frozen=True):
 
 
 
+def _moment(value: str | None) -> datetime | None:
+    """A time an event carries (ISO 8601, validated when the job reported it)."""
+    return datetime.fromisoformat(value) if value else None
+
+
 def attempt_id_of(entry: RecordedEntry) -> str | None:
     """The attempt an entry is about, if any (cancel: resolved by the caller)."""
     return getattr(entry.event, "attempt_id", None)
@@ -81,10 +86,12 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
                                        change_seq=seq, updated_at=at)
-    if isinstance(event, AttemptFinished):
+    if isinstance(event, AttemptFinished):  # the job's own times, not the refresh's
         return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
-                                       exit_code=event.exit_code, finished_at=at,
+                                       exit_code=event.exit_code,
+                                       started_at=_moment(event.started_at) or row.started_at,
+                                       finished_at=_moment(event.finished_at) or at,
                                        change_seq=seq, updated_at=at)
     if isinstance(event, TaskCancelled) and state != row.state:
         return msgspec.structs.replace(row, state=state, finished_at=at,

@@ -78,8 +78,10 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             "sessionPath": SESSION_PATH.format(event.session_id),
             "failureKind": None, "failureMessage": None,
         }
+        # A task recorded before submit fixed its profile takes the one its attempt runs on.
         return msgspec.structs.replace(
             row, latest_attempt=attempt, session_path=attempt["sessionPath"],
+            backend_profile=row.backend_profile or event.backend_profile,
             summary=f"attempt {event.retry_index} reserved; creating its runner job",
             **changed)
     assert row.latest_attempt is not None, "attempt event before task-attempt-reserved"

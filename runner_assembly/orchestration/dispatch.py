@@ -387,8 +387,10 @@ class Dispatcher:
         outcome, implied = attempt_outcome(status.state)
         kind = status.failure_kind or implied
         message = bounded(status.failure_message) if status.failure_message else None
-        finish = FinishAttempt(task_id, AttemptEnd(row.attempt_id, outcome, kind, message,
-                                                   status.exit_code))
+        finish = FinishAttempt(task_id, AttemptEnd(
+            row.attempt_id, outcome, kind, message, status.exit_code,
+            started_at=status.started_at.isoformat() if status.started_at else None,
+            finished_at=status.finished_at.isoformat() if status.finished_at else None))
         if dry_run:
             return await self.writer.plan(finish)
         if status.assembly is not None:
