@@ -37,14 +37,16 @@ def error(code: str, message: str) -> None:
 
 
 def api_error(response: ApiResponse) -> int:
-    """Report a failed API answer; exit status 1."""
+    """Report a failed API answer on one line (its detail problems appended); exit 1."""
     body = response.data if isinstance(response.data, dict) else {}
     problem = body.get("error") or {}
-    error(problem.get("code", f"http-{response.status}"),
-          problem.get("message", response.text[:200] or "no message"))
-    for detail in (problem.get("details") or {}).get("problems", []):
-        print(f"  {detail.get('key', '')}: {redact_text(str(detail.get('message', '')))}",
-              file=sys.stderr)
+    message = str(problem.get("message", response.text[:200] or "no message"))
+    problems = [f"{detail.get('key', '')}: {detail.get('message', '')}"
+                for detail in (problem.get("details") or {}).get("problems", [])
+                if isinstance(detail, dict)]
+    if problems:
+        message += f" ({'; '.join(problems)})"
+    error(problem.get("code", f"http-{response.status}"), " ".join(message.split()))
     return 1
 
 

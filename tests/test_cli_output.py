@@ -74,6 +74,11 @@ async def test_list_commander_and_attempts_lines(served_api: str) -> None:
     [attempt] = lines_of(attempts, "#0")
     assert f"session={session}" in attempt and "failure=prompt-unavailable" in attempt
 
+    too_many = svc("queue", "list", "--limit", "501", api=served_api)
+    assert too_many.returncode == 1 and too_many.stderr.startswith("error: invalid-request:")
+    assert len(too_many.stderr.splitlines()) == 1 and "limit" in too_many.stderr, \
+        "a refusal with detail problems stays one line"
+
 
 async def test_a_budget_is_shown_and_an_evicted_session_never_suggests_send(
     database_url: str, tmp_path: Path
