@@ -183,8 +183,9 @@ def send(
 
     echo 'fix the failing test' | svc sessions send ses_… --prompt-stdin
 
-    With SESSION_ID, --json-stdin or --json-file gives the command payload as the API takes
-    it (prompt, threadId); the prompt may come from it or from one prompt option.
+    With SESSION_ID, --json-stdin or --json-file gives the command payload
+    (prompt, threadId) as the API takes it; the prompt comes from it or from one
+    prompt option.
     """
     if json_stdin and prompt_stdin:
         render.error("invalid-request", "standard input can carry the JSON or the prompt, "
