@@ -106,10 +106,10 @@ class AttemptEnd(msgspec.Struct, frozen=True):
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    """When the backend started and ended (ISO 8601), as its job reported it; None when
-    the job reported no times (the refresh then dates the end)."""
+    started_at: str | msgspec.UnsetType = msgspec.UNSET
+    finished_at: str | msgspec.UnsetType = msgspec.UNSET
+    """When the backend started and ended (ISO 8601), as its job reported it; unset (and
+    not encoded, so older events encode as before) when the job reported no times."""
 
 
 class AttemptFinished(AttemptEnd, frozen=True, tag="task-attempt-finished", tag_field="type"):

@@ -50,9 +50,9 @@ class AttemptRow(msgspec.Struct, frozen=True):
 
 
 
-def _moment(value: str | None) -> datetime | None:
+def _moment(value: str | msgspec.UnsetType) -> datetime | None:
     """A time an event carries (ISO 8601, validated when the job reported it)."""
-    return datetime.fromisoformat(value) if value else None
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 def attempt_id_of(entry: RecordedEntry) -> str | None:

@@ -389,8 +389,9 @@ class Dispatcher:
         message = bounded(status.failure_message) if status.failure_message else None
         finish = FinishAttempt(task_id, AttemptEnd(
             row.attempt_id, outcome, kind, message, status.exit_code,
-            started_at=status.started_at.isoformat() if status.started_at else None,
-            finished_at=status.finished_at.isoformat() if status.finished_at else None))
+            started_at=status.started_at.isoformat() if status.started_at else msgspec.UNSET,
+            finished_at=status.finished_at.isoformat() if status.finished_at
+            else msgspec.UNSET))
         if dry_run:
             return await self.writer.plan(finish)
         if status.assembly is not None:
