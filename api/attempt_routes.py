@@ -53,7 +53,11 @@ class AttemptController(Controller):
     @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
           opt=body(wire.RetryBody, examples.RETRY))
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
-                    dry_run: DryRunFlag = False) -> wire.Attempt | wire.DryRun:
-        """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6)."""
+                    dry_run: DryRunFlag = False) -> Response[wire.Attempt | wire.DryRun]:
+        """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6).
+
+        A key already used with the same reason answers its original attempt, with header
+        ``Idempotent-Replayed: true``.
+        """
         body = await read_body(request, wire.RetryBody)
         return await queue_api.retry(task_id, body, dry_run)

@@ -84,7 +84,8 @@ class QueueApi:
         """Store a validated task (201), or answer its dry run (200). Under an idempotency
         key already used with the same body: the original task (200, ``Idempotent-Replayed``)."""
         command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR,
-                                        idempotency_key=idempotency_key)
+                                        idempotency_key=idempotency_key,
+                                        default_profile=self.settings.default_profile)
         result = await self.queue.submit(command, dry)
         if isinstance(result, Preview):
             return Response(dry_run(result), status_code=HTTP_200_OK,
@@ -183,19 +184,20 @@ class QueueApi:
                                 change_seq=page.high_water)
 
     async def retry(self, task_id: str, body: wire.RetryBody,
-                    dry: bool) -> wire.Attempt | wire.DryRun:
-        """Retry under an idempotency key (counted by outcome), or answer the dry run."""
+                    dry: bool) -> Response[wire.Attempt | wire.DryRun]:
+        """Retry under an idempotency key (counted by outcome), or answer the dry run. A key
+        already used answers its original attempt with ``Idempotent-Replayed: true``."""
         if dry or body.dry_run:
             preview = await self.queue.retry(task_id, body.idempotency_key, body.reason, True)
             assert isinstance(preview, Preview)
-            return dry_run(preview)
+            return Response(dry_run(preview), status_code=HTTP_200_OK)
         with counted(self.metrics.retries, False) as outcome_of:
-            attempt_id = await self.queue.retry(task_id, body.idempotency_key, body.reason,
-                                                False)
-            assert isinstance(attempt_id, str)
+            result = await self.queue.retry(task_id, body.idempotency_key, body.reason, False)
+            assert isinstance(result, tuple)
+            attempt_id, replayed = result
             attempt = await self._attempt(task_id, attempt_id)
             outcome_of(attempt.state)
-            return attempt
+            return Response(attempt, status_code=HTTP_200_OK, headers=_replayed(replayed))
 
     async def _attempt(self, task_id: str, attempt_id: str) -> wire.Attempt:
         row = await queries.get_attempt(self.pool, task_id, attempt_id)

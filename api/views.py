@@ -142,6 +142,7 @@ def _commander_item(item: CommanderRow, budgets: Budgets) -> wire.CommanderItem:
         task_id=item.task_id, queue=item.queue, lane=item.lane, title=item.title,
         state=item.state, version=item.version, unread=item.unread,
         session_path=_task_session_path(item.latest_attempt), supervisor=sup,
+        failure_kind=item.latest_attempt.get("failureKind") if item.latest_attempt else None,
     )
 
 

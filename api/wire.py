@@ -255,6 +255,8 @@ class CommanderItem(CommanderHead, rename="camel", kw_only=True, frozen=True):
     unread: bool | None
     session_path: str | None
     supervisor: Supervisor
+    failure_kind: str | None = None
+    """The latest attempt's failure classification (SPEC 4.3 rule 8), if any."""
 
 
 class CommanderView(msgspec.Struct, rename="camel"):

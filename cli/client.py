@@ -14,6 +14,7 @@ from cli import http1
 
 DEFAULT_API = "http://127.0.0.1:8080"
 TIMEOUT_S = 30.0
+REPLAYED_HEADER = "idempotent-replayed"
 T = TypeVar("T")
 Param = str | int | bool | None
 
@@ -34,6 +35,8 @@ class ApiResponse:
     status: int
     data: object
     text: str
+    replayed: bool = False
+    """The API answered an idempotent replay (header ``Idempotent-Replayed: true``)."""
 
     @property
     def ok(self) -> bool:
@@ -75,17 +78,19 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param
     headers = {**({"content-type": "application/json"} if body is not None else {}),
                **(headers or {})}
     try:
-        status, content = http1.request(base, method, path + (f"?{query}" if query else ""),
-                                        body=body, headers=headers, timeout=TIMEOUT_S)
+        answer = http1.request(base, method, path + (f"?{query}" if query else ""),
+                               body=body, headers=headers, timeout=TIMEOUT_S)
     except (OSError, http1.ProtocolError, ValueError) as error:
         raise ApiUnreachable(
             f"cannot reach the API at {base} ({type(error).__name__}); is "
             "`svc serve` running there? (--api or SVC_API_URL name another address)") from None
     try:
-        data = msgspec.json.decode(content) if content else None
+        data = msgspec.json.decode(answer.body) if answer.body else None
     except msgspec.DecodeError:
         data = None
-    return ApiResponse(status, data, content.decode("utf-8", errors="replace"))
+    replayed = answer.headers.get(REPLAYED_HEADER, "").lower() == "true"
+    return ApiResponse(answer.status, data, answer.body.decode("utf-8", errors="replace"),
+                       replayed)
 
 
 def base_url(api: str) -> str:

@@ -9,6 +9,7 @@ command sends one request and reads one answer, so this module does just that:
 from __future__ import annotations
 
 import socket
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -18,10 +19,18 @@ class ProtocolError(Exception):
     """The peer's answer is not HTTP/1.x."""
 
 
+class Answer(NamedTuple):
+    """One answer: its status, header fields (names lower-cased) and body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
 def request(base: str, method: str, target: str, *, body: bytes | None = None,
-            headers: dict[str, str] | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
+            headers: dict[str, str] | None = None, timeout: float = 30.0) -> Answer:
     """Send ``method target`` to the server of ``base`` (``http://host:port/prefix``) and
-    return (status, body). Raises OSError (unreachable, timed out), ProtocolError or
+    return its :class:`Answer`. Raises OSError (unreachable, timed out), ProtocolError or
     ValueError (an unusable URL)."""
     url = urlsplit(base)
     if url.scheme not in ("http", "https") or not url.hostname:
@@ -44,7 +53,7 @@ def request(base: str, method: str, target: str, *, body: bytes | None = None,
         return _read_answer(sock, method)
 
 
-def _read_answer(sock: socket.socket, method: str) -> tuple[int, bytes]:
+def _read_answer(sock: socket.socket, method: str) -> Answer:
     """Read the status line, headers and body of one answer (skipping 1xx answers)."""
     data = b""
     while True:
@@ -60,16 +69,16 @@ def _read_answer(sock: socket.socket, method: str) -> tuple[int, bytes]:
         if not 100 <= status < 200:
             break
     if method == "HEAD" or status in (204, 304):
-        return status, b""
+        return Answer(status, fields, b"")
     rest = _read_to_end(sock, data)
     if "chunked" in fields.get("transfer-encoding", "").lower():
-        return status, _dechunk(rest)
+        return Answer(status, fields, _dechunk(rest))
     length = fields.get("content-length")
     if length is not None:
         if not length.isdigit() or len(rest) < int(length):
             raise ProtocolError("the answer ended before its Content-Length")
-        return status, rest[:int(length)]
-    return status, rest
+        return Answer(status, fields, rest[:int(length)])
+    return Answer(status, fields, rest)
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:

@@ -18,7 +18,7 @@ from ledger.states import TaskStatus
 queue_app = App(name="queue", help="Submit, list, read and cancel queue tasks.")
 
 DryRun = Annotated[bool, Parameter(help="Plan only: answer what would change, change nothing.")]
-EXIT_USAGE, EXIT_UNREACHABLE = 2, 3
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 T = TypeVar("T")
 
 
@@ -41,6 +41,9 @@ def respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
         render.plan(response.decoded(wire.DryRun))
     else:
         summary(response.decoded(kind))
+        if response.replayed:
+            render.out("replayed: this idempotency key was used before; this is its original "
+                       "answer, nothing new was created")
     return 0
 
 
@@ -181,7 +184,7 @@ def read(task_id: str, *,
     return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
                                 params={"dryRun": dry_run or None}, body=body),
                    output or render.OutputOptions(),
-                   wire.TaskDetail, render.task_summary)
+                   wire.TaskDetail, render.marked_read(reader_id))
 
 
 @queue_app.command

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
@@ -36,14 +37,16 @@ def error(code: str, message: str) -> None:
 
 
 def api_error(response: ApiResponse) -> int:
-    """Report a failed API answer; exit status 1."""
+    """Report a failed API answer on one line (its detail problems appended); exit 1."""
     body = response.data if isinstance(response.data, dict) else {}
     problem = body.get("error") or {}
-    error(problem.get("code", f"http-{response.status}"),
-          problem.get("message", response.text[:200] or "no message"))
-    for detail in (problem.get("details") or {}).get("problems", []):
-        print(f"  {detail.get('key', '')}: {redact_text(str(detail.get('message', '')))}",
-              file=sys.stderr)
+    message = str(problem.get("message", response.text[:200] or "no message"))
+    problems = [f"{detail.get('key', '')}: {detail.get('message', '')}"
+                for detail in (problem.get("details") or {}).get("problems", [])
+                if isinstance(detail, dict)]
+    if problems:
+        message += f" ({'; '.join(problems)})"
+    error(problem.get("code", f"http-{response.status}"), " ".join(message.split()))
     return 1
 
 
@@ -84,24 +87,53 @@ def iso(moment: datetime) -> str:
 
 
 def task_line(task: wire.TaskItem) -> str:
-    """One compact line for a task."""
+    """One compact line for a task (its failure classification when it has one)."""
     profile = task.backend_profile or "-"
+    kind = _failure_kind(task.latest_attempt)
+    failure = f"  failure={kind}" if kind else ""
     return (f"{task.task_id}  {task.state:<9}  v{task.version:<3} "
-            f"{task.queue}/{task.lane}  {profile}  {task.title[:60]}")
+            f"{task.queue}/{task.lane}  {profile}{failure}  {task.title[:60]}")
+
+
+def _failure_kind(latest_attempt: JsonObject | None) -> str | None:
+    kind = latest_attempt.get("failureKind") if latest_attempt else None
+    return kind if isinstance(kind, str) else None
+
+
+def supervisor_text(sup: wire.Supervisor) -> str:
+    """Phase and last activity, and the timeout budget only when the queue has one."""
+    budget = f" budget={sup.timeout_budget}" if sup.timeout_budget else ""
+    return f"phase={sup.phase} last={sup.last_activity_id}@{sup.last_activity_seq}{budget}"
+
+
+def next_text(sup: wire.Supervisor | None, session_command: str | None = None) -> str:
+    """``next: …``: the recovery command, then the session command, where they apply."""
+    steps = [sup.recovery] if sup and sup.recovery != "none" else []
+    steps += [session_command] if session_command else []
+    return f"  next: {' | '.join(steps)}" if steps else ""
 
 
 def supervisor_line(sup: wire.Supervisor | None) -> str:
-    """The compact supervisor: phase, last activity, budget, recovery."""
+    """The compact supervisor: phase, last activity, budget (if any), recovery."""
     if not sup:
         return "  supervisor: -"
-    return (f"  supervisor: phase={sup.phase} last={sup.last_activity_id}"
-            f"@{sup.last_activity_seq} budget={sup.timeout_budget or '-'}"
-            f"  next: {sup.recovery}")
+    return f"  supervisor: {supervisor_text(sup)}{next_text(sup)}"
 
 
 def session_id_of(path: str | None) -> str | None:
     """The session id at the end of a ``sessionPath``."""
     return path.rsplit("/", 1)[-1] if path else None
+
+
+SESSION_COMMAND = {"failed": "trace", "blocked": "trace"}
+"""The ``svc sessions`` command that explains a task in a state (default: its output)."""
+
+
+def session_command(state: str, session_id: str | None) -> str | None:
+    """The one ``svc sessions …`` command that applies to a task's session, if it has one."""
+    if not session_id:
+        return None
+    return f"svc sessions {SESSION_COMMAND.get(state, 'output')} {session_id}"
 
 
 def next_session_commands(session_id: str | None) -> None:
@@ -131,6 +163,14 @@ def task_summary(task: wire.TaskDetail) -> None:
     next_session_commands(session_id_of(session))
 
 
+def marked_read(reader_id: str) -> Callable[[wire.TaskDetail], None]:
+    """The answer of ``queue read``: that the cursor moved, then the task."""
+    def render(task: wire.TaskDetail) -> None:
+        out(f"marked read: {task.task_id} up to v{task.version} for reader {reader_id}")
+        task_summary(task)
+    return render
+
+
 def attempt_summary(attempt: wire.Attempt) -> None:
     """The low-noise summary of one attempt."""
     out(f"{attempt.attempt_id}  #{attempt.retry_index}  {attempt.state:<9}"
@@ -151,13 +191,14 @@ def _page_end(noun: str, count: int, change_seq: int, next_cursor: str | None) -
 
 
 def attempt_list(data: wire.AttemptList) -> None:
-    """The attempt history, oldest first."""
+    """The attempt history, oldest first: one line per attempt, with its session."""
     for attempt in data.items:
         duration = attempt.duration_ms
         out(f"#{attempt.retry_index}  {attempt.attempt_id}  {attempt.state:<9}"
             f" failure={attempt.failure_kind or '-'}"
             f" exit={attempt.exit_code if attempt.exit_code is not None else '-'}"
             f" duration={f'{duration} ms' if duration is not None else '-'}"
+            f" {attempt.backend_profile} session={attempt.session_id}"
             f" key={attempt.idempotency_key or '-'}")
         for verdict in attempt.judge_runs:
             out(judge_line(verdict))
@@ -198,10 +239,13 @@ def judge_runs_full(data: wire.AttemptList) -> None:
 
 
 def task_list(data: wire.TaskList) -> None:
-    """A list page: one line per task, then the cursor and the high-water mark."""
+    """A list page: per task a line, then its session, supervisor and next commands."""
     for task in data.items:
         out(task_line(task))
-        out(supervisor_line(task.supervisor))
+        session = session_id_of(task.session_path)
+        where = f"session={session} " if session else ""
+        out(f"  {where}{supervisor_text(task.supervisor)}"
+            f"{next_text(task.supervisor, session_command(task.state, session))}")
     out(_page_end("tasks", len(data.items), data.change_seq, data.next_cursor))
     out("next: svc sessions ps (running and unread sessions)")
 
@@ -219,18 +263,18 @@ def stats(data: wire.QueueStats) -> None:
 
 
 def commander(data: wire.CommanderView) -> None:
-    """The commander view: counts, then the tasks needing attention."""
+    """The commander view: counts, then one line per task needing attention (its session id
+    appears once, in the next ``svc sessions`` command)."""
     counts = "  ".join(f"{k}={v}" for k, v in sorted(data.by_state.items()))
     out(f"queue: {data.queue or '(all)'}  {counts or 'no tasks'}"
         f"  changeSeq: {data.change_seq}")
     for item in data.items:
         unread = {True: "unread", False: "read", None: ""}[item.unread]
+        failure = f"  failure={item.failure_kind}" if item.failure_kind else ""
+        command = session_command(item.state, session_id_of(item.session_path))
         out(f"{item.task_id}  {item.state:<9} {unread:<6} {item.queue}/{item.lane}"
-            f"  {item.title[:50]}")
-        out(supervisor_line(item.supervisor))
-        if item.session_path:
-            out(f"  sessionPath: {item.session_path}")
-            next_session_commands(session_id_of(item.session_path))
+            f"  {item.title[:50]}{failure}  {supervisor_text(item.supervisor)}"
+            f"{next_text(item.supervisor, command)}")
 
 
 def plan(data: wire.DryRun) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from api import session_wire as sw
 from cli.render import iso, out
+from ledger.states import StorageKind
 
 
 def session_line(item: sw.SessionItem) -> str:
@@ -44,14 +47,54 @@ def session_detail(data: sw.SessionDetail) -> None:
     out(f"  output: {data.output_last_seq} lines  trace: {data.trace_last_seq} lines"
         f"  sessionPath: {data.session_path}")
     sid = data.session_id
-    out(f"  next: svc sessions output {sid} | svc sessions send {sid} --prompt '…'"
-        f" | svc sessions read {sid}")
+    if data.storage_kind == StorageKind.EVICTED:  # a command would be session-store-evicted
+        out(f"  next: svc sessions output {sid} | svc sessions read {sid}"
+            "  (volume evicted: svc sessions send without SESSION_ID starts a new session)")
+    else:
+        out(f"  next: svc sessions output {sid} | svc sessions send {sid} --prompt '…'"
+            f" | svc sessions read {sid}")
+
+
+def marked_read(data: sw.SessionDetail) -> None:
+    """The answer of ``sessions read``: that the cursor moved, then the session."""
+    out(f"marked read: {data.session_id} up to v{data.version} for reader {data.reader_id}")
+    session_detail(data)
+
+
+def line_text(channel: str, item: sw.LineItem) -> str:
+    """An output line as printed; a trace line (a runner event in JSON) made readable:
+    ``seq  time  kind  name=value …``."""
+    if channel != "trace":
+        return item.line
+    try:
+        event = json.loads(item.line)
+    except ValueError:
+        return item.line
+    if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
+        return item.line
+    at = event.pop("at", None)
+    kind = event.pop("kind")
+    moment = at[11:23] if isinstance(at, str) and len(at) >= 23 else iso(item.recorded_at)
+    fields = " ".join(f"{name}={_field(value)}" for name, value in sorted(event.items()))
+    return f"{item.seq:>4}  {moment}  {kind}" + (f"  {fields}" if fields else "")
+
+
+def _field(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(_field(v) for v in value) or "(none)"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
 
 
 def line_page(data: sw.LinePage) -> None:
-    """Lines as they were printed, then where to continue."""
+    """Lines as they were printed (trace lines made readable), then where to continue."""
     for item in data.items:
-        out(item.line)
+        out(line_text(data.channel, item))
     more = data.next_after_seq < data.last_seq
     state = "more: " if more else ("running: " if data.running else "end: ")
     out(f"({state}svc sessions {data.channel} {data.session_id}"

@@ -15,7 +15,7 @@ from api import session_wire as sw
 from api.wire import Prompt
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
-from cli.queue_cmd import EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
+from cli.queue_cmd import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
 from ledger.states import SessionFilter
 
 sessions_app = App(name="sessions", help="Sessions: output, trace, prompts and control.\n\n"
@@ -89,7 +89,7 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
             return render.api_error(response)
         page = response.decoded(sw.LinePage)
         for item in page.items:
-            render.out(item.line)
+            render.out(session_render.line_text(channel, item))
         if not page.items or page.next_after_seq >= page.last_seq:
             session_render.line_page(msgspec.structs.replace(page, items=[]))
             return 0
@@ -123,7 +123,7 @@ def read(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None =
     return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "read"),
                                 body=body),
                    output or render.OutputOptions(),
-                   sw.SessionDetail, session_render.session_detail)
+                   sw.SessionDetail, session_render.marked_read)
 
 
 @sessions_app.command
@@ -164,8 +164,11 @@ def _checked(response: ApiResponse) -> sw.SessionDetail | int:
 def send(
     session_id: str | None = None, *,
     json_stdin: Annotated[bool, Parameter(
-        help="Read the run base (for a new session) from standard input.")] = False,
-    json_file: Annotated[Path | None, Parameter(help="Read the run base from a file.")] = None,
+        help="Read JSON from standard input: with SESSION_ID the command payload "
+             '(e.g. {"prompt": "…", "threadId": "thr_…"}), without it the run base of the '
+             "new session.")] = False,
+    json_file: Annotated[Path | None, Parameter(
+        help="Read that JSON (command payload or run base) from a file.")] = None,
     prompt_stdin: Annotated[bool, Parameter(help="Read the prompt from standard input.")]
     = False,
     prompt_file: Annotated[Path | None, Parameter(help="Read the prompt from a file.")] = None,
@@ -179,40 +182,31 @@ def send(
     one it creates a session (and its volume) from the run base, then starts its first turn.
 
     echo 'fix the failing test' | svc sessions send ses_… --prompt-stdin
+
+    With SESSION_ID, --json-stdin or --json-file gives the command payload
+    (prompt, threadId) as the API takes it; the prompt comes from it or from one
+    prompt option.
     """
     if json_stdin and prompt_stdin:
-        render.error("invalid-request", "standard input can carry the run base or the prompt, "
+        render.error("invalid-request", "standard input can carry the JSON or the prompt, "
                      "not both; use --json-file or --prompt-file for one of them")
-        return EXIT_USAGE
-    text = _prompt(prompt_stdin, prompt_file, prompt)
-    if text is None:
-        return EXIT_USAGE
-    try:  # checked before anything is created: a refused prompt leaves no orphan session
-        msgspec.convert(text, Prompt)
-    except msgspec.ValidationError:
-        render.error("invalid-request", "the prompt must be 1 to 65536 characters long")
         return EXIT_USAGE
     options = api or ApiOptions()
     wanted = _profile(profile)
     try:
-        if session_id is None:
-            base = read_json_input(json_stdin, json_file) if json_stdin or json_file else b"{}"
-            if base is None:
-                return EXIT_USAGE
-            try:
-                run_base = json.loads(base)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                render.error("invalid-request", "the run base is not valid JSON")
-                return EXIT_USAGE
-            body = {"runBase": run_base, **({"backendProfile": wanted} if wanted else {})}
-            session = _checked(call(options, "POST", "/api/v1/sessions",
-                                    body=json.dumps(body).encode()))
-        else:
-            if json_stdin or json_file:
-                render.error("invalid-request", "a run base applies to a new session only; "
-                             "leave out SESSION_ID to create one")
-                return EXIT_USAGE
+        if session_id is not None and (json_stdin or json_file is not None):
+            payload = _payload_json(json_stdin, json_file, prompt_stdin, prompt_file, prompt)
+            if isinstance(payload, int):
+                return payload
             session = _checked(call(options, "GET", _path(session_id)))
+        else:
+            text = _checked_prompt(prompt_stdin, prompt_file, prompt)
+            if text is None:
+                return EXIT_USAGE
+            payload = json.dumps({"prompt": text}).encode()
+            session = (_new_session(options, json_stdin, json_file, wanted)
+                       if session_id is None else _checked(call(options, "GET",
+                                                                _path(session_id))))
         if isinstance(session, int):
             return session
         if wanted and wanted != session.backend_profile:
@@ -221,7 +215,7 @@ def send(
                          "profile's session (send without SESSION_ID to start a new one)")
             return EXIT_USAGE
         run_id = str(session.latest_run_id or session.run_id)
-        command = json.dumps({"payload": {"prompt": text}}).encode()
+        command = b'{"payload":' + payload + b"}"
         return respond(lambda: call(options, "POST",
                                     f"/api/v1/runs/{quote(run_id, safe='')}/commands",
                                     body=command),
@@ -230,3 +224,57 @@ def send(
     except ApiUnreachable as error:
         render.error("infra-failed", str(error))
         return EXIT_UNREACHABLE
+
+
+def _checked_prompt(prompt_stdin: bool, prompt_file: Path | None,
+                    prompt: str | None) -> str | None:
+    """The prompt of exactly one prompt option, checked before anything is created (a
+    refused prompt must leave no orphan session)."""
+    text = _prompt(prompt_stdin, prompt_file, prompt)
+    if text is None:
+        return None
+    try:
+        msgspec.convert(text, Prompt)
+    except msgspec.ValidationError:
+        render.error("invalid-request", "the prompt must be 1 to 65536 characters long")
+        return None
+    return text
+
+
+def _payload_json(json_stdin: bool, json_file: Path | None, prompt_stdin: bool,
+                  prompt_file: Path | None, prompt: str | None) -> bytes | int:
+    """The command payload as the caller wrote it (sent unchanged; the API validates it),
+    with the prompt of a prompt option added when one is given; or an exit status."""
+    raw = read_json_input(json_stdin, json_file)
+    if raw is None:
+        return EXIT_USAGE
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        render.error("invalid-request", "the command payload is not valid JSON")
+        return EXIT_REFUSED
+    if not (prompt_stdin or prompt_file is not None or prompt is not None):
+        return raw.strip()
+    if not isinstance(value, dict) or "prompt" in value:
+        render.error("invalid-request", "give the prompt in the JSON payload or with a prompt "
+                     "option, not both (the payload must be a JSON object)")
+        return EXIT_USAGE
+    text = _checked_prompt(prompt_stdin, prompt_file, prompt)
+    if text is None:
+        return EXIT_USAGE
+    return msgspec.json.encode({**value, "prompt": text})
+
+
+def _new_session(options: ApiOptions, json_stdin: bool, json_file: Path | None,
+                 wanted: str | None) -> sw.SessionDetail | int:
+    """Create a session from the run base (standard input, a file, or none)."""
+    base = read_json_input(json_stdin, json_file) if json_stdin or json_file else b"{}"
+    if base is None:
+        return EXIT_USAGE
+    try:
+        run_base = json.loads(base)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        render.error("invalid-request", "the run base is not valid JSON")
+        return EXIT_USAGE
+    body = {"runBase": run_base, **({"backendProfile": wanted} if wanted else {})}
+    return _checked(call(options, "POST", "/api/v1/sessions", body=json.dumps(body).encode()))

@@ -6,6 +6,7 @@ meaning gets a new event type.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -106,6 +107,15 @@ class AttemptEnd(msgspec.Struct, frozen=True):
     failure_kind: str | None = None
     failure_message: str | None = None
     exit_code: int | None = None
+    started_at: str | msgspec.UnsetType = msgspec.UNSET
+    finished_at: str | msgspec.UnsetType = msgspec.UNSET
+    """When the backend started and ended (ISO 8601), as its job reported it; unset (and
+    not encoded, so older events encode as before) when the job reported no times."""
+
+
+def reported_time(value: str | msgspec.UnsetType) -> datetime | None:
+    """A time an :class:`AttemptEnd` carries (ISO 8601, validated when the job reported it)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 class AttemptFinished(AttemptEnd, frozen=True, tag="task-attempt-finished", tag_field="type"):

@@ -26,12 +26,15 @@ def split_queue(queue: str) -> tuple[str, str]:
 
 
 def submit_command(contract: dict[str, Any], *, actor: str,
-                   idempotency_key: str | None = None) -> SubmitTask:
+                   idempotency_key: str | None = None,
+                   default_profile: str | None = None) -> SubmitTask:
     """A submit command for a contract already validated against the wire schema.
 
     The contract is stored as sent (None fields dropped), never rewritten: a body holding a
     credential was refused before it got here (``credential-in-request``). ``payloadHash`` is
-    the hash of the stored contract, so it can be verified from the ledger alone.
+    the hash of the stored contract, so it can be verified from the ledger alone. A task
+    sent without ``backendProfile`` gets ``default_profile`` as its profile (the one its
+    attempts run on), recorded beside the contract, not in it.
     """
     stored = {key: value for key, value in contract.items() if value is not None}
     queue, lane = split_queue(stored["queue"])
@@ -46,7 +49,7 @@ def submit_command(contract: dict[str, Any], *, actor: str,
         lane=lane,
         title=stored["title"],
         priority=int(stored.get("priority", 50)),
-        backend_profile=stored.get("backendProfile"),
+        backend_profile=stored.get("backendProfile") or default_profile,
         contract=stored,
         payload_hash=payload_hash(stored),
         creator=actor,

@@ -68,7 +68,9 @@ def _sentence(error: jsonschema.ValidationError) -> str:
     field = error.path[-1] if error.path else "the manifest"
     if rule == "required":
         missing = [name for name in expected if name not in (value or {})]
-        return f"required field {', '.join(map(repr, missing))} is missing"
+        fields = "field" if len(missing) == 1 else "fields"
+        verb = "is" if len(missing) == 1 else "are"
+        return f"required {fields} {', '.join(map(repr, missing))} {verb} missing"
     if rule == "additionalProperties":
         known = set(schema.get("properties", {}))
         extra = sorted(set(value) - known) if isinstance(value, dict) else []
@@ -105,7 +107,8 @@ def violations(document: object, endpoint: str | None = None) -> list[Violation]
             parse(document, endpoint)
         except msgspec.ValidationError as error:
             found.append(Violation("$", str(error)))
-    return sorted(found, key=lambda v: (v.path, v.message))
+    # ``required`` breaks once per missing field, each sentence naming them all: one line.
+    return sorted(set(found), key=lambda v: (v.path, v.message))
 
 
 def parse(document: object, endpoint: str | None = None) -> DeploymentManifest:

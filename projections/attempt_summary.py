@@ -14,6 +14,7 @@ from ledger.events import (
     AttemptReserved,
     TaskCancelled,
     TaskEvent,
+    reported_time,
 )
 from ledger.states import AttemptStatus
 from ledger.streams import RecordedEntry
@@ -81,10 +82,12 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
         return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
                                        change_seq=seq, updated_at=at)
-    if isinstance(event, AttemptFinished):
+    if isinstance(event, AttemptFinished):  # the job's own times, not the refresh's
         return msgspec.structs.replace(row, state=state, failure_kind=event.failure_kind,
                                        failure_message=event.failure_message,
-                                       exit_code=event.exit_code, finished_at=at,
+                                       exit_code=event.exit_code,
+                                       started_at=reported_time(event.started_at) or row.started_at,
+                                       finished_at=reported_time(event.finished_at) or at,
                                        change_seq=seq, updated_at=at)
     if isinstance(event, TaskCancelled) and state != row.state:
         return msgspec.structs.replace(row, state=state, finished_at=at,

@@ -86,9 +86,11 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
             "runnerJobId": event.runner_job_id, "sessionId": event.session_id,
             "failureKind": None, "failureMessage": None,
         }
+        # A task recorded before submit fixed its profile takes the one its attempt runs on.
         return msgspec.structs.replace(
             row, latest_attempt=attempt, attempt_count=row.attempt_count + 1,
             latest_started_at=None,
+            backend_profile=row.backend_profile or event.backend_profile,
             summary=f"attempt {event.retry_index} reserved; creating its runner job",
             **changed)
     assert row.latest_attempt is not None, "attempt event before task-attempt-reserved"
@@ -118,8 +120,14 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
 
 
 def _duration(row: TaskSummaryRow, entry: RecordedEntry) -> int | None:
-    """Whole milliseconds from the latest attempt's start to this entry (None: it never
-    started, so the last duration stays that of an earlier attempt)."""
+    """Whole milliseconds the latest attempt ran: the backend's own times when its job
+    reported them, else from its runner job's start to this entry (an attempt that never
+    started keeps the last duration of an earlier one)."""
+    event = entry.event
+    if isinstance(event, ev.AttemptFinished):
+        began, ended = ev.reported_time(event.started_at), ev.reported_time(event.finished_at)
+        if began is not None and ended is not None:
+            return (ended - began) // timedelta(milliseconds=1)
     started = row.latest_started_at
     if started is None:
         return row.last_duration_ms

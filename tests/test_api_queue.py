@@ -197,7 +197,8 @@ async def test_stats_count_by_queue_lane_state_and_profile(client: Any) -> None:
     everything = (await client.get("/api/v1/queue/stats")).json()
     assert everything["total"] == 4
     assert everything["byState"] == {"pending": 3, "cancelled": 1}
-    assert everything["byBackendProfile"] == {"profile-1": 2, "profile-3": 1, "none": 1}
+    # A task sent without a profile counts under the default it runs on (profile-1).
+    assert everything["byBackendProfile"] == {"profile-1": 3, "profile-3": 1}
     alpha = (await client.get("/api/v1/queue/stats", params={"queue": "alpha"})).json()
     assert alpha["total"] == 3
     assert alpha["byLane"] == {"alpha/default": 2, "alpha/fast": 1}

@@ -115,17 +115,17 @@ def stand_in() -> Iterator[str]:
 
 
 def test_http1_reads_chunked_and_sized_answers(stand_in: str) -> None:
-    status, body = http1.request(stand_in.removesuffix("/prefix"), "GET", "/chunked?a=1")
+    status, _, body = http1.request(stand_in.removesuffix("/prefix"), "GET", "/chunked?a=1")
     assert status == 200
     assert json.loads(body) == {"path": "/chunked?a=1", "body": ""}
-    status, body = http1.request(stand_in, "POST", "/sized", body=b'{"x": "\xc3\xa9"}',
-                                 headers={"Idempotency-Key": "k-1"})
+    status, _, body = http1.request(stand_in, "POST", "/sized", body=b'{"x": "\xc3\xa9"}',
+                                    headers={"Idempotency-Key": "k-1"})
     assert status == 418, "the status is the server's"
     assert json.loads(body) == {"path": "/prefix/sized", "body": '{"x": "é"}'}
     method, _, sent, headers = _Answers.seen[-1]
     assert (method, sent, headers["Idempotency-Key"]) == ("POST", '{"x": "é"}'.encode(), "k-1")
     assert headers["Connection"] == "close"
-    status, body = http1.request(stand_in, "POST", "/continue", body=b"{}")
+    status, _, body = http1.request(stand_in, "POST", "/continue", body=b"{}")
     assert status == 418 and json.loads(body)["path"] == "/prefix/continue"
 
 

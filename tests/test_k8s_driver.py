@@ -289,7 +289,11 @@ async def test_status_and_cancel_follow_the_job(kmock: Any, tmp_path: Path) -> N
     assert (await driver.status("job_01abc")).state == "running"
     kmock[f"get {JOBS}/svc-v01-job-01abc"] << {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "svc-v01-job-01abc"},
-        "status": {"succeeded": 1}}
-    assert (await driver.status("job_01abc")).state == "completed"
+        "status": {"succeeded": 1, "startTime": "2026-01-02T03:04:05Z",
+                   "completionTime": "2026-01-02T03:04:07Z"}}
+    done = await driver.status("job_01abc")
+    assert done.state == "completed"
+    assert done.started_at is not None and done.finished_at is not None
+    assert (done.finished_at - done.started_at).total_seconds() == 2, "the Job's own times"
     await driver.cancel("job_01abc")
     assert (await driver.status("job_nope")).failure_kind == "infra-failed"

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -140,10 +141,16 @@ class KubernetesDriver:
         except urllib3.exceptions.HTTPError:
             return JobStatus(JobState.RUNNING)
         status = found.status
-        if status is not None and status.succeeded:
-            return JobStatus(JobState.COMPLETED, exit_code=0)
-        if status is not None and status.failed:
-            return JobStatus(JobState.FAILED, failure_message="the runner job's pod failed")
+        if status is None:
+            return JobStatus(JobState.RUNNING)
+        started = _moment(status.start_time)
+        if status.succeeded:
+            return JobStatus(JobState.COMPLETED, exit_code=0, started_at=started,
+                             finished_at=_moment(status.completion_time)
+                             or _ended(status, "Complete"))
+        if status.failed:
+            return JobStatus(JobState.FAILED, failure_message="the runner job's pod failed",
+                             started_at=started, finished_at=_ended(status, "Failed"))
         return JobStatus(JobState.RUNNING)
 
     async def ensure_volume(self, volume: dict[str, object]) -> str:
@@ -221,3 +228,15 @@ def api_client(host: str | None = None) -> k8s.ApiClient:
                               "SVC_KUBERNETES_API, run in a cluster or provide a "
                               "kubeconfig") from None
     return k8s.ApiClient()
+
+
+def _ended(status: Any, condition: str) -> datetime | None:
+    """When the Job reached its terminal condition, as Kubernetes recorded it."""
+    for found in getattr(status, "conditions", None) or []:
+        if found.type == condition and found.status == "True":
+            return _moment(found.last_transition_time)
+    return None
+
+
+def _moment(value: object) -> datetime | None:
+    return value if isinstance(value, datetime) else None

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,18 @@ def _status_from(report: dict[str, object], folder: Path) -> JobStatus:
         assembly=assembly if isinstance(assembly, dict) else None,
         thread_id=_text(report.get("threadId")),
         startup=read_json(folder / STARTUP_FILE),
+        started_at=_moment(report.get("startedAt")),
+        finished_at=_moment(report.get("finishedAt")),
     )
+
+
+def _moment(value: object) -> datetime | None:
+    """A timestamp the runner reported (ISO 8601 with a zone), else None."""
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
 
 
 def _job_state(value: object) -> JobState:

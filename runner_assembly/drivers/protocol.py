@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from ledger.states import FailureKind, JobState
@@ -62,6 +63,10 @@ class JobStatus:
     """The thread the backend started or resumed, as the runner reported it."""
     startup: dict[str, object] | None = None
     """The runner's startup event (its work-ready capability summary), once it wrote one."""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When the backend (or, when none ran, the job) started and ended, as the job reported
+    it: the attempt's real duration, whenever it is refreshed."""
 
     @property
     def terminal(self) -> bool:

@@ -435,8 +435,11 @@ class Dispatcher:
         outcome, implied = attempt_outcome(status.state)
         kind = status.failure_kind or implied
         message = bounded(status.failure_message) if status.failure_message else None
-        finish = FinishAttempt(task_id, AttemptEnd(row.attempt_id, outcome, kind, message,
-                                                   status.exit_code))
+        finish = FinishAttempt(task_id, AttemptEnd(
+            row.attempt_id, outcome, kind, message, status.exit_code,
+            started_at=status.started_at.isoformat() if status.started_at else msgspec.UNSET,
+            finished_at=status.finished_at.isoformat() if status.finished_at
+            else msgspec.UNSET))
         if dry_run:
             return await self.writer.plan(finish)
         await self.record_runner_events(row.run_id, status)

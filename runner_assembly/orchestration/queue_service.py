@@ -98,13 +98,15 @@ class QueueService:
             return Preview("refresh", task_id, current, current, [])
         return Preview("refresh", task_id, outcome.before, outcome.state, outcome.events)
 
-    async def retry(self, task_id: str, key: str, reason: str, dry_run: bool) -> Preview | str:
-        """Reserve (or find) the attempt of ``key`` and materialise it: its id; or a preview."""
+    async def retry(self, task_id: str, key: str, reason: str,
+                    dry_run: bool) -> Preview | tuple[str, bool]:
+        """Reserve (or find) the attempt of ``key`` and materialise it: its id and whether
+        the key had already reserved it (a replay); or a preview."""
         dispatcher = self.dispatcher
         outcome, attempt_id = await dispatcher.retry(task_id, key, reason, dry_run)
         if not dry_run:
             assert attempt_id is not None
-            return attempt_id
+            return attempt_id, not outcome.events
         found = await queries.get_task(self.pool, task_id)
         assert found is not None
         row, contract = found

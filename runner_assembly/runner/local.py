@@ -60,14 +60,19 @@ def trace(folder: Path, kind: str, **fields: object) -> None:
         handle.write(MASKER.mask_text(json.dumps(entry, sort_keys=True)) + "\n")
 
 
+def now() -> str:
+    """This moment in ISO 8601 UTC: how the status report times the backend."""
+    return datetime.now(UTC).isoformat()
+
+
 def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, object]:
     """Assemble the job in ``folder``, run its backend (under ``bwrap`` when given); return
     the status report."""
     spec = json.loads((folder / "spec.json").read_text())
     plan = spec["plan"]
-    started = startup_event(plan)
-    write_json_atomically(folder / STARTUP_FILE, started)
-    trace(folder, "runner-started", capability=started)
+    startup = startup_event(plan)
+    write_json_atomically(folder / STARTUP_FILE, startup)
+    trace(folder, "runner-started", capability=startup)
     volume = plan["sessionVolume"] or {}
     layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"),
                           spec.get("workspace_root"))
@@ -75,13 +80,15 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
         link_volume(layout, Path(spec["volume_dir"]))
     assembler = Assembler(spec, layout, SecretSource(secret_root, MASKER),
                           folder / JOB_SECRET_DIR)
+    runner_started = now()
     try:
         launch = assembler.run()
     except AssemblyFailure as failure:
         trace(folder, "assembly-failed", failureKind=failure.kind,
               steps=assembler.event["steps"])
         return {"state": job_state_of_failure(failure.kind),
-                "failureKind": failure.kind, "failureMessage": failure.message}
+                "failureKind": failure.kind, "failureMessage": failure.message,
+                "startedAt": runner_started, "finishedAt": now()}
     finally:
         write_json_atomically(folder / ASSEMBLY_FILE, assembler.bounded_event())
     trace(folder, "assembled", steps=assembler.event["steps"])
@@ -97,6 +104,7 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
         bwrap, spec["backend_command"],
         job_mounts(spec, layout, Path(spec["volume_dir"]) if spec.get("volume_dir") else None),
         layout.workspace)
+    started = now()
     try:
         with (folder / "prompt.txt").open("rb") as stdin, \
                 (folder / CHANNEL_FILES["output"]).open("wb") as stdout, \
@@ -107,11 +115,12 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
             assert backend.stdout is not None and backend.stderr is not None
             relays = Relays([(backend.stdout, stdout), (backend.stderr, stderr)], MASKER)
             code = backend.wait()
+            finished = now()
             relays.join()
     except OSError as error:
         return _spawn_failed(folder, spawn_failure(error, spec["backend_command"],
                                                    layout.workspace))
-    report = _outcome(layout, code)
+    report = {**_outcome(layout, code), "startedAt": started, "finishedAt": finished}
     report["threadId"] = _thread(layout, spec.get("thread_id"))
     trace(folder, "backend-exit", exitCode=code, threadId=report["threadId"],
           state=report["state"])
