@@ -125,7 +125,8 @@ def create_app(database_url: str, *, pool_size: int = 10,
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # Separate pools: fence waiters and reads can never starve the ledger writer.
         pool = await create_pool(database_url, max_size=pool_size)
-        writer_pool = await create_pool(database_url, min_size=1, max_size=3)
+        writer_pool = await create_pool(database_url, min_size=1, max_size=3,
+                                        transactions_only=True)
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
         writer = LedgerWriter(writer_pool, project_and_measure)
         await writer.start()

@@ -28,13 +28,15 @@ MAX_CONFLICT_RETRIES = 3
 
 @dataclass
 class Outcome:
-    """What a command did: the events it appended (none for a no-op) and the state after."""
+    """What a command did: the events it appended (none for a no-op) and the state after;
+    ``entries`` are those events as committed (changeSeq, version, time)."""
 
     stream_id: str
     events: list[Any]
     state: Any
     change_seq: int | None = None
     before: Any = None
+    entries: list[RecordedEntry] = field(default_factory=list)
 
 
 @dataclass
@@ -168,7 +170,8 @@ class LedgerWriter:
                 await self._pool.release(conn)
         for item, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Outcome) and item.pending_indexes:
-                outcome.change_seq = recorded[item.pending_indexes[-1]].change_seq
+                outcome.entries = [recorded[index] for index in item.pending_indexes]
+                outcome.change_seq = outcome.entries[-1].change_seq
         return outcomes
 
     async def _commit_on(

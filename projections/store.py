@@ -14,12 +14,19 @@ from projections.projection import Projection, Rows, json_text
 from projections.registry import REGISTRY
 from projections.task_summary import TASKS, TaskSummaryRow
 
-__all__ = ["json_text", "load_current", "project", "row_from_record", "write_changes"]
+__all__ = ["committed_task", "json_text", "load_current", "project", "row_from_record",
+           "write_changes"]
 
 
 def row_from_record(record: asyncpg.Record) -> TaskSummaryRow:
     """Decode a ``task_summary`` record (``latest_attempt`` as text) into its row type."""
     return TASKS.from_record(record)
+
+
+def committed_task(task_id: str, entries: list[RecordedEntry]) -> TaskSummaryRow | None:
+    """The summary row a new task's committed entries fold to: the row the same transaction
+    wrote, known without reading it back (None when the entries do not create it)."""
+    return fold(Rows(), entries).of(TASKS).get(task_id)
 
 
 async def _load(conn: DbConnection, projection: Projection[Any], keys: Sequence[Any],
