@@ -25,9 +25,10 @@ from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
+from ledger.together import Statement
 from ledger.version import VERSION
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 from runner_assembly.drivers import faults, make_driver
 from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.orchestration.queue_service import QueueService
@@ -115,11 +116,13 @@ def create_app(database_url: str, *, pool_size: int = 10,
     observed = Metrics()
     services = Services(observed, runner)
 
-    async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry]) -> None:
+    async def project_and_measure(conn: DbConnection,
+                                  entries: list[RecordedEntry]) -> list[Statement]:
         started = time.perf_counter()
-        await project(conn, entries)
+        statements = await plan_projection(conn, entries)
         observed.projection.observe(time.perf_counter() - started)
         observed.appends.inc(len(entries))
+        return statements
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

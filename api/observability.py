@@ -36,7 +36,7 @@ class Metrics:
         self.appends = Counter("svc_ledger_appends", "Ledger entries appended",
                                registry=self.registry)
         self.projection = Histogram("svc_projection_write_seconds",
-                                    "Time to write the projections of one batch",
+                                    "Time to load and fold the projections of one batch",
                                     registry=self.registry)
         self.dispatches = Counter("svc_dispatches", "Dispatches by outcome", ["outcome"],
                                   registry=self.registry)

@@ -21,8 +21,11 @@ from ledger import store
 from ledger.database import DbConnection
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.streams import Command, RecordedEntry, stream_kind_for
+from ledger.together import Statement, execute_together
 
-ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[None]]
+ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[Sequence[Statement] | None]]
+"""Updates the projections for a batch's entries in its transaction: either itself (None),
+or by returning the statements that do, which run with the append in one round trip."""
 MAX_CONFLICT_RETRIES = 3
 
 
@@ -226,9 +229,10 @@ class LedgerWriter:
             states[command.stream_id] = (state, version)
             outcomes.append(Outcome(command.stream_id, events, state, before=before))
         try:
-            _, recorded = await store.append(conn, head, pending)
+            _, recorded, statements = store.prepare_append(head, pending)
             if recorded:
-                await self._project(conn, recorded)
+                statements.extend(await self._project(conn, recorded) or ())
+                await execute_together(conn, statements)
         except asyncpg.PostgresError as error:
             raise store.translate_error(error) from error
         return outcomes, recorded
