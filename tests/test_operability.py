@@ -62,6 +62,7 @@ async def test_every_answer_carries_a_request_id(client: Any) -> None:
     assert made.headers["x-request-id"].startswith("req_")
     failed = await client.get(f"{TASKS}/tsk_nope")
     assert failed.headers["x-request-id"].startswith("req_")
+    assert failed.headers["x-request-id"] != made.headers["x-request-id"]
 
 
 async def test_logs_are_json_lines_with_request_ids_and_no_secrets(
