@@ -95,39 +95,6 @@ class ConnectionRegistry:
         self.waiting: OrderedDict[DeadlineProtocol, None] = OrderedDict()
 
 
-class CorkedTransport:
-    """A transport whose writes of one event-loop turn leave in one send: a response's
-    head and body are one syscall and one TCP segment, not two. Everything else is the
-    wrapped transport's."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        """Queue ``data``; the queue goes out at the end of this loop turn."""
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(bytes(data))
-
-    def flush(self) -> None:
-        """Send what is queued, as one write."""
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        """Send what is queued, then close."""
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
 class DeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a header deadline (from connection open, then
     from the start of each later request), a body deadline (from the end of the headers),
@@ -142,10 +109,8 @@ class DeadlineProtocol(HttpToolsProtocol):
     _phase: Literal["headers", "body"] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Count the connection, make room under the cap, and arm the header deadline;
-        responses are written through a :class:`CorkedTransport`."""
+        """Count the connection, make room under the cap, and arm the header deadline."""
         super().connection_made(transport)
-        self.transport = CorkedTransport(transport, self.loop)  # type: ignore[assignment]
         registry = self.registry
         registry.open += 1
         self._counted = True
