@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
+from typing import Any
 
 from litestar import Litestar
 
@@ -41,3 +42,15 @@ def __getattr__(name: str) -> type[DeadlineProtocol]:
     if name == "Protocol":
         return _protocol()
     raise AttributeError(name)
+
+
+def supervise(app: str, **options: Any) -> bool:
+    """Serve ``app`` (a factory's import string) with uvicorn's supervisor until SIGTERM or
+    SIGINT stops every worker; False when a worker could not start (all were stopped)."""
+    from uvicorn.config import STARTUP_FAILURE, Config
+    from uvicorn.supervisors.multiprocess import Multiprocess
+
+    config = Config(app, factory=True, **options)
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    return not any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes)

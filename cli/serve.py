@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from cyclopts import Parameter
 
@@ -83,6 +83,7 @@ def serve(
     from api.app import create_app
     from api.observability import configure_logging
     from api.server import HttpSettings, uvicorn_options
+    from api.worker import supervise
     from ledger.database import data_dir, resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
@@ -133,20 +134,24 @@ def serve(
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through Python instead, so
     # the embedded Postgres is stopped (and its pid list cleared) on SIGTERM as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
-    if workers == 1:
-        app: Any = create_app(url, settings=settings)
-    else:  # each worker builds the app from this environment (uvicorn's supervisor)
-        os.environ["SVC_DATABASE_URL"] = url
-        app = WORKER_APP
+    options = {"host": host, "port": port, "log_level": "warning", "access_log": False,
+               "log_config": None, **uvicorn_options(http, workers)}
+    started = True
     try:
-        uvicorn.run(app, host=host, port=port, factory=workers > 1,
-                    log_level="warning", access_log=False, log_config=None,
-                    **uvicorn_options(http, workers))
+        if workers == 1:
+            uvicorn.run(create_app(url, settings=settings), **options)
+        else:  # each worker builds the app from this environment (uvicorn's supervisor)
+            os.environ["SVC_DATABASE_URL"] = url
+            started = supervise(WORKER_APP, **options)
     except KeyboardInterrupt:
         pass
     finally:
         if server is not None:
             server.cleanup()
+    if not started:
+        render.error("infra-failed", "a worker could not start (see the log above); every "
+                     "worker was stopped")
+        return 3
     return 0
 
 

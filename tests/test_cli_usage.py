@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ledger.database import with_user
 from tests.conftest import free_port, svc_executable
 from tests.test_cli import svc
 
@@ -134,6 +135,19 @@ def test_the_embedded_postgres_stops_with_the_server(tmp_path: Path, stop: signa
         time.sleep(0.2)
     assert not _embedded_postgres_running(tmp_path / "data")
     assert not pids.exists() or json.loads(pids.read_text()) == []
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_exits_3_when_its_workers_cannot_start(database_url: str, tmp_path: Path,
+                                                     workers: str) -> None:
+    result = _serve(tmp_path, SVC_WORKERS=workers, SVC_PORT=str(free_port()),
+                    SVC_SHUTDOWN_GRACE_S="2", SVC_MIGRATE_DATABASE_URL=database_url,
+                    SVC_DATABASE_URL=with_user(database_url, "no_such_role"))
+    assert result.returncode == 3, result.stderr
+    assert "svc serving on" in result.stdout  # migrated as the owner, then failed to serve
+    if workers == "2":
+        assert result.stderr.strip().endswith("error: infra-failed: a worker could not start "
+                                              "(see the log above); every worker was stopped")
 
 
 @pytest.mark.parametrize("workers", ["0", "65"])
