@@ -26,8 +26,9 @@ from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
 from ledger.streams import RecordedEntry
+from ledger.together import Statement
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 from runner_assembly.drivers import faults, make_driver
 from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.orchestration.queue_service import QueueService
@@ -115,17 +116,20 @@ def create_app(database_url: str, *, pool_size: int = 10,
     observed = Metrics()
     services = Services(observed, runner)
 
-    async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry]) -> None:
+    async def project_and_measure(conn: DbConnection,
+                                  entries: list[RecordedEntry]) -> list[Statement]:
         started = time.perf_counter()
-        await project(conn, entries)
+        statements = await plan_projection(conn, entries)
         observed.projection.observe(time.perf_counter() - started)
         observed.appends.inc(len(entries))
+        return statements
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # Separate pools: fence waiters and reads can never starve the ledger writer.
         pool = await create_pool(database_url, max_size=pool_size)
-        writer_pool = await create_pool(database_url, min_size=1, max_size=3)
+        writer_pool = await create_pool(database_url, min_size=1, max_size=3,
+                                        transactions_only=True)
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
         writer = LedgerWriter(writer_pool, project_and_measure)
         await writer.start()

@@ -207,10 +207,19 @@ def protocol_class(settings: HttpSettings, cap: int) -> type[DeadlineProtocol]:
     return ServerProtocol
 
 
-def uvicorn_options(settings: HttpSettings) -> dict[str, Any]:
-    """Keyword arguments for ``uvicorn.run``: our protocol, the keep-alive timeout and the
-    shutdown grace. Raises the process's soft fd limit first."""
-    cap = connection_cap(settings.max_connections, raise_fd_limit())
-    return {"http": protocol_class(settings, cap), "ws": "none",
+WORKER_PROTOCOL = "api.worker:Protocol"
+"""Where a worker process of ``--workers N`` finds its protocol (built there, from the env)."""
+
+
+def uvicorn_options(settings: HttpSettings, workers: int = 1) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.run``: uvloop, our protocol, the keep-alive timeout
+    and the shutdown grace. With one worker, raises this process's soft fd limit first; with
+    more, each worker builds its protocol (and raises its own limit) when it starts."""
+    if workers == 1:
+        protocol: type[DeadlineProtocol] | str = protocol_class(
+            settings, connection_cap(settings.max_connections, raise_fd_limit()))
+    else:
+        protocol = WORKER_PROTOCOL
+    return {"http": protocol, "ws": "none", "loop": "uvloop", "workers": workers,
             "timeout_keep_alive": settings.keepalive_s,
             "timeout_graceful_shutdown": settings.shutdown_grace_s}

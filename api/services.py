@@ -25,6 +25,7 @@ from ledger.session import CancelSession, MarkSessionRead
 from ledger.states import SessionFilter, SessionStatus
 from ledger.task import CancelTask, MarkTaskRead, RecordJudge
 from projections import queries, session_queries
+from projections.store import committed_task
 from runner_assembly.assembly.capability import work_ready_summary
 from runner_assembly.orchestration.queue_service import ACTOR, Preview, QueueService
 from runner_assembly.orchestration.session_service import NewCommand, NewSession, SessionService
@@ -90,9 +91,13 @@ class QueueApi:
         if isinstance(result, Preview):
             return Response(dry_run(result), status_code=HTTP_200_OK,
                             headers=_replayed(bool(result.extra["idempotentReplay"])))
-        return Response(await self.task_detail(command.task_id),
-                        status_code=HTTP_200_OK if result else HTTP_201_CREATED,
-                        headers=_replayed(result))
+        row = committed_task(command.task_id, result.entries)
+        if row is None:  # an idempotent replay: the original task, as stored
+            return Response(await self.task_detail(command.task_id), status_code=HTTP_200_OK,
+                            headers=_replayed(True))
+        # A new task is answered from what its transaction committed, not read back.
+        return Response(views.task_detail(row, command.contract, self.settings.timeout_budgets),
+                        status_code=HTTP_201_CREATED)
 
     async def cancel(self, task_id: str, reason: str | None,
                      dry: bool) -> wire.TaskDetail | wire.DryRun:

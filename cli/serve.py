@@ -27,6 +27,10 @@ changed the address):
   svc ledger replay --verify      # rebuild every projection from the ledger and compare
 OpenAPI document: {api}/api/v1/schema"""
 
+MAX_WORKERS = 64
+WORKER_APP = "api.worker:create"
+"""The factory each worker process of ``--workers N`` builds its app with."""
+
 SANDBOX_BANNER = {
     "bwrap": "local sandbox: bwrap (backends see only their own job)",
     "off": "local sandbox: OFF (SVC_LOCAL_SANDBOX=off): backends run unsandboxed and can read "
@@ -66,6 +70,10 @@ def serve(
     *,
     host: Annotated[str, Parameter(env_var="SVC_HOST", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, Parameter(env_var="SVC_PORT", help="Port to listen on.")] = 8080,
+    workers: Annotated[int | None, Parameter(
+        env_var="SVC_WORKERS",
+        help="API processes sharing the port (default: the number of cores). The database "
+             "is started and migrated once; SIGTERM or Ctrl-C stops every worker.")] = None,
 ) -> int:
     """Run the API. Data lives under SVC_DATA_DIR (default .svc): an embedded Postgres is
     started there unless SVC_DATABASE_URL names a server. Migrations are applied first."""
@@ -75,6 +83,7 @@ def serve(
     from api.app import create_app
     from api.observability import configure_logging
     from api.server import HttpSettings, uvicorn_options
+    from api.worker import supervise
     from ledger.database import data_dir, resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
@@ -92,6 +101,11 @@ def serve(
         render.error("invalid-request", f"unknown runner driver {settings.driver!r}; "
                      f"SVC_RUNNER_DRIVER is one of {', '.join(DRIVERS)}")
         return 2
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if not 1 <= workers <= MAX_WORKERS:
+        render.error("invalid-request",
+                     f"SVC_WORKERS/--workers must be between 1 and {MAX_WORKERS}, not {workers}")
+        return 2
     refusal = _unusable_address(host, port)
     if refusal is not None:
         render.error("invalid-request", refusal)
@@ -107,8 +121,8 @@ def serve(
     where = ("SVC_DATABASE_URL" if server is None
              else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
-    render.out(f"svc serving on {api} (database: {where}; migrations applied: "
-               f"{', '.join(applied) or 'none pending'})")
+    render.out(f"svc serving on {api} with {workers} worker{'s' * (workers > 1)} "
+               f"(database: {where}; migrations applied: {', '.join(applied) or 'none pending'})")
     if settings.sandbox is not None:
         render.out(SANDBOX_BANNER[settings.sandbox])
     if server is not None and ensure_demo_secret(data_dir()):
@@ -120,15 +134,24 @@ def serve(
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through Python instead, so
     # the embedded Postgres is stopped (and its pid list cleared) on SIGTERM as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    options = {"host": host, "port": port, "log_level": "warning", "access_log": False,
+               "log_config": None, **uvicorn_options(http, workers)}
+    started = True
     try:
-        uvicorn.run(create_app(url, settings=settings), host=host, port=port,
-                    log_level="warning", access_log=False, log_config=None,
-                    **uvicorn_options(http))
+        if workers == 1:
+            uvicorn.run(create_app(url, settings=settings), **options)
+        else:  # each worker builds the app from this environment (uvicorn's supervisor)
+            os.environ["SVC_DATABASE_URL"] = url
+            started = supervise(WORKER_APP, **options)
     except KeyboardInterrupt:
         pass
     finally:
         if server is not None:
             server.cleanup()
+    if not started:
+        render.error("infra-failed", "a worker could not start (see the log above); every "
+                     "worker was stopped")
+        return 3
     return 0
 
 

@@ -112,11 +112,22 @@ def resolve_database_urls() -> DatabaseUrls:
     return DatabaseUrls(app=with_user(owner, APP_LOGIN), owner=owner, server=server)
 
 
-async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    """A connection pool; ``statement_cache_size=0`` keeps it safe behind PgBouncer when asked."""
+async def _transactions_only(conn: asyncpg.Connection) -> None:
+    """No reset query on release: asyncpg has already ended any open transaction, and a
+    pool used only for transactions leaves no session state (locks, settings, cursors)."""
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
+                      transactions_only: bool = False) -> asyncpg.Pool:
+    """A connection pool; ``statement_cache_size=0`` keeps it safe behind PgBouncer when asked.
+
+    ``transactions_only``: every use is a transaction that leaves no session state, so a
+    released connection skips the reset round trip (asyncpg's ``RESET ALL``, ``UNLISTEN`` …).
+    """
     cache = 0 if os.environ.get("SVC_PGBOUNCER") == "1" else 100
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, statement_cache_size=cache,
+        reset=_transactions_only if transactions_only else None,
         server_settings={"plan_cache_mode": "force_custom_plan",
                          "application_name": "svc"},
     )

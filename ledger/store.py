@@ -25,6 +25,7 @@ from ledger.events import event_encoder, event_type_of
 from ledger.hashing import entry_hash
 from ledger.sqlfile import load_queries
 from ledger.streams import STREAM_KINDS, RecordedEntry
+from ledger.together import Statement
 
 SQL = load_queries("ledger", "ledger.sql")
 
@@ -140,6 +141,17 @@ async def append(
     conn: DbConnection, head: Head, pending: Sequence[PendingEvent]
 ) -> tuple[Head, list[RecordedEntry]]:
     """Append events after ``head`` (which the caller holds locked); return the new head."""
+    new_head, recorded, statements = prepare_append(head, pending)
+    for text, arguments in statements:
+        await conn.execute(text, *arguments)
+    return new_head, recorded
+
+
+def prepare_append(
+    head: Head, pending: Sequence[PendingEvent]
+) -> tuple[Head, list[RecordedEntry], list[Statement]]:
+    """The entries of ``pending`` after ``head`` (hash-chained) and the statements that
+    insert them and advance the head; for a caller holding the head locked to run."""
     columns: list[list[Any]] = [[] for _ in range(10)]
     recorded: list[RecordedEntry] = []
     seq, prev = head.last_seq, head.last_hash
@@ -161,10 +173,10 @@ async def append(
                                       item.stream_version, item.event, item.actor,
                                       item.recorded_at))
         prev = digest
+    statements: list[Statement] = []
     if pending:
-        await conn.execute(SQL["insert_entries"], *columns)
-        await conn.execute(SQL["update_head"], seq, prev)
-    return Head(seq, prev), recorded
+        statements = [(SQL["insert_entries"], columns), (SQL["update_head"], (seq, prev))]
+    return Head(seq, prev), recorded, statements
 
 
 async def iter_batches(

@@ -21,20 +21,25 @@ from ledger import store
 from ledger.database import DbConnection
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.streams import Command, RecordedEntry, stream_kind_for
+from ledger.together import Statement, execute_together
 
-ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[None]]
+ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[Sequence[Statement] | None]]
+"""Updates the projections for a batch's entries in its transaction: either itself (None),
+or by returning the statements that do, which run with the append in one round trip."""
 MAX_CONFLICT_RETRIES = 3
 
 
 @dataclass
 class Outcome:
-    """What a command did: the events it appended (none for a no-op) and the state after."""
+    """What a command did: the events it appended (none for a no-op) and the state after;
+    ``entries`` are those events as committed (changeSeq, version, time)."""
 
     stream_id: str
     events: list[Any]
     state: Any
     change_seq: int | None = None
     before: Any = None
+    entries: list[RecordedEntry] = field(default_factory=list)
 
 
 @dataclass
@@ -200,7 +205,8 @@ class LedgerWriter:
                 await self._pool.release(conn)
         for item, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Outcome) and item.pending_indexes:
-                outcome.change_seq = recorded[item.pending_indexes[-1]].change_seq
+                outcome.entries = [recorded[index] for index in item.pending_indexes]
+                outcome.change_seq = outcome.entries[-1].change_seq
         return outcomes
 
     async def _commit_on(
@@ -260,9 +266,10 @@ class LedgerWriter:
             outcomes.append(decided.setdefault(
                 id(item), Outcome(command.stream_id, events, state, before=before)))
         try:
-            _, recorded = await store.append(conn, head, pending)
+            _, recorded, statements = store.prepare_append(head, pending)
             if recorded:
-                await self._project(conn, recorded)
+                statements.extend(await self._project(conn, recorded) or ())
+                await execute_together(conn, statements)
         except asyncpg.PostgresError as error:
             raise store.translate_error(error) from error
         return outcomes, recorded

@@ -9,17 +9,25 @@ import asyncpg
 
 from ledger.database import DbConnection
 from ledger.streams import RecordedEntry
+from ledger.together import Statement
 from projections.fold import fold, needed_rows
 from projections.projection import Projection, Rows, json_text
 from projections.registry import REGISTRY
 from projections.task_summary import TASKS, TaskSummaryRow
 
-__all__ = ["json_text", "load_current", "project", "row_from_record", "write_changes"]
+__all__ = ["change_statements", "committed_task", "json_text", "load_current",
+           "plan_projection", "project", "row_from_record", "write_changes"]
 
 
 def row_from_record(record: asyncpg.Record) -> TaskSummaryRow:
     """Decode a ``task_summary`` record (``latest_attempt`` as text) into its row type."""
     return TASKS.from_record(record)
+
+
+def committed_task(task_id: str, entries: list[RecordedEntry]) -> TaskSummaryRow | None:
+    """The summary row a new task's committed entries fold to: the row the same transaction
+    wrote, known without reading it back (None when the entries do not create it)."""
+    return fold(Rows(), entries).of(TASKS).get(task_id)
 
 
 async def _load(conn: DbConnection, projection: Projection[Any], keys: Sequence[Any],
@@ -50,12 +58,22 @@ async def load_current(conn: DbConnection, entries: list[RecordedEntry]) -> Rows
                 await _load(conn, projection, sorted(keys), current)
 
 
+def change_statements(changes: Rows) -> list[Statement]:
+    """The upserts of folded changes: one ``unnest`` statement per table that has rows."""
+    return [(projection.upsert_sql, projection.arrays(rows)) for projection in REGISTRY
+            if (rows := changes.rows(projection))]
+
+
 async def write_changes(conn: DbConnection, changes: Rows) -> None:
-    """Upsert folded changes: one ``unnest`` statement per table that has rows."""
-    for projection in REGISTRY:
-        rows = changes.rows(projection)
-        if rows:
-            await conn.execute(projection.upsert_sql, *projection.arrays(rows))
+    """Upsert folded changes, one statement per table."""
+    for text, arguments in change_statements(changes):
+        await conn.execute(text, *arguments)
+
+
+async def plan_projection(conn: DbConnection, entries: list[RecordedEntry]) -> list[Statement]:
+    """Load the rows freshly appended entries change and fold them: the statements that
+    update every projection, for the caller to run in its transaction (with the append)."""
+    return change_statements(fold(await load_current(conn, entries), entries))
 
 
 async def project(conn: DbConnection, entries: list[RecordedEntry]) -> None:

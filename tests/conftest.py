@@ -126,7 +126,7 @@ async def running_api(database_url: str, workdir: Path,
            "SVC_DATABASE_URL": with_user(database_url, APP_LOGIN),
            "SVC_MIGRATE_DATABASE_URL": database_url, "SVC_PORT": str(port),
            "SVC_DATA_DIR": str(workdir / "data"), "SVC_SHUTDOWN_GRACE_S": "3",
-           **(extra_env or {})}
+           "SVC_WORKERS": "1", **(extra_env or {})}
     log_path = workdir / f"serve-{port}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,

@@ -49,6 +49,21 @@ async def test_submit_accepts_every_optional_field(client: Any) -> None:
     assert (task["lane"], task["priority"], task["backendProfile"]) == ("fast", 7, "profile-4")
     assert task["contract"]["metadata"]["big"] == 10**30
     assert "sessionRef" not in task["contract"]
+    assert (await client.get(f"{TASKS}/{task['taskId']}")).json() == task
+
+
+async def test_submits_committed_in_one_batch_each_answer_their_stored_task(
+        client: Any) -> None:
+    bodies = [task_body(title=f"batch {n}", priority=n, queue=f"q{n % 3}/lane{n % 2}",
+                        metadata={"n": n, "nested": {"list": [n, str(n)]}})
+              for n in range(12)]
+    answers = await asyncio.gather(*(client.post(TASKS, json=body) for body in bodies))
+    assert [a.status_code for a in answers] == [201] * len(bodies)
+    tasks = [a.json() for a in answers]
+    assert len({t["changeSeq"] for t in tasks}) == len(bodies)
+    for body, task in zip(bodies, tasks, strict=True):
+        assert task["title"] == body["title"] and task["contract"]["metadata"] == body["metadata"]
+        assert (await client.get(f"{TASKS}/{task['taskId']}")).json() == task
 
 
 BAD_BODIES: list[tuple[str, Any]] = [

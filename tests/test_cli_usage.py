@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ledger.database import with_user
 from tests.conftest import free_port, svc_executable
 from tests.support import server_tmp
 from tests.test_cli import svc
@@ -82,19 +83,37 @@ def _embedded_postgres_running(data: Path) -> bool:
     return any(str(data / "pg") in line and "postgres" in line for line in found.splitlines())
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_the_embedded_postgres_stops_with_the_server(stop: signal.Signals) -> None:
+def _workers_of(pid: int) -> list[int]:
+    """The uvicorn worker processes (``multiprocessing`` spawns) of ``svc serve`` ``pid``."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize(("stop", "workers"), [
+    (signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGTERM, 2), (signal.SIGINT, 2)])
+def test_the_embedded_postgres_stops_with_the_server(stop: signal.Signals,
+                                                     workers: int) -> None:
     with server_tmp("svc-stop-") as tmp_path:
-        _serve_then_stop(tmp_path, stop)
+        _serve_then_stop(tmp_path, stop, workers)
 
 
-def _serve_then_stop(tmp_path: Path, stop: signal.Signals) -> None:
+def _serve_then_stop(tmp_path: Path, stop: signal.Signals, workers: int) -> None:
     port = free_port()
     env = {"PATH": os.environ.get("PATH", ""), "SVC_DATA_DIR": str(tmp_path / "data"),
-           "SVC_PORT": str(port), "SVC_SHUTDOWN_GRACE_S": "2"}
+           "SVC_PORT": str(port), "SVC_SHUTDOWN_GRACE_S": "2", "SVC_WORKERS": str(workers)}
     env.pop("SVC_DATABASE_URL", None)
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log, stderr=log)
+    pids = tmp_path / "data" / "pg" / ".handle_pids.json"
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -107,17 +126,44 @@ def _serve_then_stop(tmp_path: Path, stop: signal.Signals) -> None:
                 (tmp_path / "serve.log").read_text()
             time.sleep(0.2)
         assert _embedded_postgres_running(tmp_path / "data")
+        spawned = _workers_of(process.pid)
+        assert len(spawned) == (workers if workers > 1 else 0)
+        if pids.exists():  # the database was started by the supervisor alone, once
+            assert json.loads(pids.read_text()) == [process.pid]
         process.send_signal(stop)
-        process.wait(30)
+        assert process.wait(30) == 0
     finally:
         if process.poll() is None:
             process.kill()
+    assert not any(_alive(pid) for pid in spawned)
     deadline = time.monotonic() + 15
     while _embedded_postgres_running(tmp_path / "data") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _embedded_postgres_running(tmp_path / "data")
-    pids = tmp_path / "data" / "pg" / ".handle_pids.json"
     assert not pids.exists() or json.loads(pids.read_text()) == []
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_exits_3_when_its_workers_cannot_start(database_url: str, tmp_path: Path,
+                                                     workers: str) -> None:
+    result = _serve(tmp_path, SVC_WORKERS=workers, SVC_PORT=str(free_port()),
+                    SVC_SHUTDOWN_GRACE_S="2", SVC_MIGRATE_DATABASE_URL=database_url,
+                    SVC_DATABASE_URL=with_user(database_url, "no_such_role"))
+    assert result.returncode == 3, result.stderr
+    assert "svc serving on" in result.stdout  # migrated as the owner, then failed to serve
+    if workers == "2":
+        assert result.stderr.strip().endswith("error: infra-failed: a worker could not start "
+                                              "(see the log above); every worker was stopped")
+
+
+@pytest.mark.parametrize("workers", ["0", "65"])
+def test_serve_refuses_a_worker_count_out_of_range(tmp_path: Path, workers: str) -> None:
+    result = _serve(tmp_path, SVC_WORKERS=workers, SVC_PORT=str(free_port()),
+                    SVC_DATABASE_URL="postgresql://x@127.0.0.1:9/x")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: invalid-request: SVC_WORKERS/--workers must be "
+                                     f"between 1 and 64, not {workers}")
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize("args", [("ledger", "replay", "--verify"), ("ledger", "anchor")])

@@ -211,7 +211,7 @@ async def _serve_with_fds(database_url: str, workdir: Path, fds: int) -> AsyncIt
     port = free_port()
     write_profile_secret(workdir / "data")
     env = {"PATH": os.environ.get("PATH", ""), "SVC_DATABASE_URL": database_url,
-           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data")}
+           "SVC_PORT": str(port), "SVC_DATA_DIR": str(workdir / "data"), "SVC_WORKERS": "1"}
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (fds, fds))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,14 +10,16 @@ import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from ledger import session_lines, store
+from ledger import intake, session_lines, store, together
+from ledger.database import create_pool
 from ledger.errors import InvalidRequest, StreamVersionConflict
 from ledger.events import TaskCancelled
 from ledger.migrate import available_migrations, migrate, pending_migrations
-from ledger.writer import utc_now
+from ledger.writer import LedgerWriter, utc_now
 from projections.replay import replay
+from projections.store import plan_projection
 from projections.task_summary import COLUMNS
-from tests.support import task_body
+from tests.support import replay_report, task_body
 
 
 @pytest.fixture
@@ -148,3 +151,43 @@ async def test_backend_output_with_nul_and_invalid_utf8_keeps_flowing(
     assert taken == 4
     assert [line.line for line in lines] == [
         "before", "nul \ufffd here", "bad \ufffd byte", "after"]
+
+
+async def test_writes_sent_together_apply_each_with_its_own_arguments(
+        conn: asyncpg.Connection) -> None:
+    await conn.execute("CREATE TEMP TABLE t_a (n int, s text); CREATE TEMP TABLE t_b (n int)")
+    first = ("INSERT INTO t_a VALUES ($1, $2)", (1, "one $1"))
+    statements = [first, ("INSERT INTO t_b SELECT * FROM unnest($1::int[])", ([7, 8],)),
+                  ("INSERT INTO t_a VALUES ($2, $1)", ("two", 2))]
+    assert together.joined([first]) == first
+    await together.execute_together(conn, statements)
+    assert [tuple(r) for r in await conn.fetch("SELECT * FROM t_a ORDER BY n")] == [
+        (1, "one $1"), (2, "two")]
+    assert [r["n"] for r in await conn.fetch("SELECT n FROM t_b ORDER BY n")] == [7, 8]
+
+
+async def test_a_batch_of_submits_takes_four_round_trips(database_url: str) -> None:
+    pool = await create_pool(database_url, min_size=1, max_size=1, transactions_only=True)
+    writer = LedgerWriter(pool, plan_projection)
+    await writer.start()
+    sent: list[str] = []
+    try:
+        async with pool.acquire() as held:
+            held.add_query_logger(lambda record: sent.append(record.query))
+
+        def submit(n: int) -> Any:
+            return writer.execute(intake.submit_command(task_body(title=f"b{n}"),
+                                                        actor="test"), "test")
+
+        await submit(0)  # the first use of the connection also introspects types
+        sent.clear()
+        outcomes = await asyncio.gather(*(submit(n) for n in range(1, 9)))
+    finally:
+        await writer.close()
+        await pool.close()
+    assert [o.change_seq for o in sorted(outcomes, key=lambda o: o.change_seq or 0)] == \
+        list(range(2, 10))
+    batches = sent.count("BEGIN;")
+    assert batches >= 1 and len(sent) == 4 * batches, sent
+    report = await replay_report(database_url)
+    assert report.ok, report

@@ -62,13 +62,15 @@ async def test_every_answer_carries_a_request_id(client: Any) -> None:
     assert made.headers["x-request-id"].startswith("req_")
     failed = await client.get(f"{TASKS}/tsk_nope")
     assert failed.headers["x-request-id"].startswith("req_")
+    assert failed.headers["x-request-id"] != made.headers["x-request-id"]
 
 
 async def test_logs_are_json_lines_with_request_ids_and_no_secrets(
     database_url: str, tmp_path: Path
 ) -> None:
     canary = "LogCanaryToken0123456789abcdefGHIJ"
-    async with running_api(database_url, tmp_path) as base, httpx.AsyncClient(
+    debug = {"SVC_LOG_LEVEL": "DEBUG"}  # successful requests are logged at DEBUG
+    async with running_api(database_url, tmp_path, debug) as base, httpx.AsyncClient(
             base_url=base) as http:
         body = task_body(payload={"prompt": f"https://bot:{canary}@git.example.org/x"})
         await http.post(TASKS, json=body, headers={"x-request-id": "trace-0"})  # refused
@@ -82,3 +84,19 @@ async def test_logs_are_json_lines_with_request_ids_and_no_secrets(
     assert any(line["requestId"] == "trace-1" and line["status"] == 201 for line in access)
     assert all({"ts", "level", "logger", "msg", "requestId"} <= set(line) for line in lines)
     assert canary not in log
+
+
+async def test_at_info_only_failed_requests_leave_an_access_line(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_api(database_url, tmp_path) as base, httpx.AsyncClient(
+            base_url=base) as http:
+        created = await http.post(TASKS, json=task_body(), headers={"x-request-id": "ok-1"})
+        missing = await http.get(f"{TASKS}/tsk_nope", headers={"x-request-id": "miss-1"})
+    assert (created.status_code, missing.status_code) == (201, 404)
+    log = next(tmp_path.glob("serve-*.log")).read_text()
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    access = {line["requestId"]: line for line in lines if line["logger"] == "svc.access"}
+    assert access["miss-1"]["status"] == 404
+    assert access["miss-1"]["route"] == "/api/v1/queue/tasks/{task_id}"
+    assert "ok-1" not in access

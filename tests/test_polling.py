@@ -47,10 +47,23 @@ async def _poll_once(client: Any, after: int, seen: dict[str, int]) -> int:
 async def test_poller_sees_every_final_version_under_concurrent_writers(
     database_url: str, tmp_path: Path,
 ) -> None:
-    seen: dict[str, int] = {}
     async with running_api(database_url, tmp_path) as first, \
-            running_api(database_url, tmp_path) as second, \
-            httpx.AsyncClient(base_url=first) as one, \
+            running_api(database_url, tmp_path) as second:
+        await _write_while_polling(database_url, first, second)
+
+
+async def test_poller_misses_nothing_with_two_workers_behind_one_port(
+    database_url: str, tmp_path: Path,
+) -> None:
+    async with running_api(database_url, tmp_path, {"SVC_WORKERS": "2"}) as base:
+        await _write_while_polling(database_url, base, base)
+
+
+async def _write_while_polling(database_url: str, first: str, second: str) -> None:
+    """Writers on both APIs while a poller follows ``updatedAfter`` on the first; then the
+    poller saw every final version, changeSeq has no gap and the projections replay."""
+    seen: dict[str, int] = {}
+    async with httpx.AsyncClient(base_url=first) as one, \
             httpx.AsyncClient(base_url=second) as two:
         writers = [asyncio.create_task(_writer(client, seed))
                    for seed, client in enumerate([one, two] * WRITERS_PER_APP)]

@@ -11,7 +11,7 @@ from ledger.errors import NotFound
 from ledger.intake import payload_hash
 from ledger.states import AttemptStatus
 from ledger.task import CancelTask, RecordJudge, SubmitTask, TaskCommand
-from ledger.writer import LedgerWriter
+from ledger.writer import LedgerWriter, Outcome
 from projections import queries
 from runner_assembly.assembly.capability import work_ready_summary
 from runner_assembly.orchestration.dispatch import Dispatcher
@@ -39,9 +39,9 @@ class QueueService:
         self.pool = dispatcher.pool
         self.writer: LedgerWriter = dispatcher.writer
 
-    async def submit(self, command: SubmitTask, dry_run: bool) -> Preview | bool:
-        """Store a submitted task (False), or find the one its idempotency key stored (True);
-        with ``dry_run`` only its preview."""
+    async def submit(self, command: SubmitTask, dry_run: bool) -> Preview | Outcome:
+        """Store a submitted task, or find the one its idempotency key stored (an outcome
+        without events); with ``dry_run`` only its preview."""
         if dry_run:
             outcome = await self.writer.plan(command)
             replayed = outcome.before is not None
@@ -49,7 +49,7 @@ class QueueService:
                            outcome.state, outcome.events, {
                                "payloadHash": command.payload_hash, "queue": command.queue,
                                "lane": command.lane, "idempotentReplay": replayed})
-        return not (await self.writer.execute(command, ACTOR)).events
+        return await self.writer.execute(command, ACTOR)
 
     async def mutate(self, name: str, command: TaskCommand, dry_run: bool) -> Preview | None:
         """Carry out a task command (a cancel also stops a running job), or preview it."""
