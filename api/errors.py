@@ -21,6 +21,7 @@ STATUS_BY_CODE = {
     "invalid-request": 400,
     "schema-invalid": 400,
     "credential-in-request": 400,
+    "unauthorized": 401,
     "not-found": 404,
     "method-not-allowed": 405,
     "payload-too-large": 413,
@@ -62,7 +63,8 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
             for status in statuses}
 
 
-_DESCRIPTIONS = {400: "invalid-request or schema-invalid", 404: "not-found",
+_DESCRIPTIONS = {400: "invalid-request or schema-invalid", 401: "unauthorized (runner token)",
+                 404: "not-found",
                  405: "method-not-allowed", 409: "a conflict with the current state",
                  413: "payload-too-large", 422: "refused for an assembly reason",
                  503: "infra-failed"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -107,6 +108,11 @@ def serve(
     where = ("SVC_DATABASE_URL" if server is None
              else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
+    if settings.runner_api_url is None:  # local runners call this server's runner protocol
+        local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        settings = dataclasses.replace(
+            settings, runner_api_url=f"http://[{local}]:{port}" if ":" in local
+            else f"http://{local}:{port}")
     render.out(f"svc serving on {api} (database: {where}; migrations applied: "
                f"{', '.join(applied) or 'none pending'})")
     if settings.sandbox is not None:

@@ -112,6 +112,7 @@ class FailureKind(StrEnum):
     BUILD_REQUIRED = "build-required"
     BUNDLE_UNAVAILABLE = "bundle-unavailable"
     RUNNER_CANCELLED = "runner-cancelled"
+    RUNNER_LOST = "runner-lost"
 
 
 BLOCKER_KINDS = frozenset({

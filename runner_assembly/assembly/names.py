@@ -27,14 +27,13 @@ SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION
                "SVC_BACKEND_ROLLOUT_SUBDIR")
 
 # Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
-ASSEMBLY_FILE = "assembly.json"
-"""The runner's bounded assembly event (SPEC 6)."""
 JOB_SECRET_DIR = "job-secret"
 """The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
-STORAGE_FILE = "storage.json"
-"""The runner's summary of the session volume after the backend ended."""
+TOKEN_FILE = "runner.token"
+"""The job's runner-protocol bearer token (0600), written by the driver with the job."""
 CHANNEL_FILES = {"output": "stdout.log", "trace": "trace.jsonl"}
-"""Where a local job's runner writes each session channel."""
+"""The runner's own scratch files for each session channel (it ships them; nobody else reads
+them)."""
 
 
 def kube_name(identifier: str) -> str:
