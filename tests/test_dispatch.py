@@ -67,7 +67,6 @@ def job_dirs(settings: RunnerSettings) -> list[Path]:
     return sorted(settings.jobs_dir.iterdir()) if settings.jobs_dir.exists() else []
 
 
-
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie counts as ended)."""
     try:

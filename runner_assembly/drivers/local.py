@@ -178,6 +178,7 @@ class LocalDriver:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
+                os.killpg(pid, signal.SIGCONT)  # a stopped runner (a lost lease) ends too
             _alive(pid)
 
 
