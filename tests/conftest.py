@@ -156,12 +156,14 @@ def svc_executable() -> str:
 
 @asynccontextmanager
 async def running_api(database_url: str, workdir: Path,
-                      extra_env: dict[str, str] | None = None) -> AsyncIterator[str]:
+                      extra_env: dict[str, str] | None = None,
+                      port: int | None = None) -> AsyncIterator[str]:
     """Run a real ``svc serve`` process on ``database_url``; yields its base URL.
 
-    Its data dir is ``workdir/data`` (with a profile-1 secret), shared by restarts.
+    Its data dir is ``workdir/data`` (with a profile-1 secret), shared by restarts; a restart
+    on the same ``port`` is reached by the runners the previous process started.
     """
-    port = free_port()
+    port = port or free_port()
     write_profile_secret(workdir / "data")
     env = {"PATH": os.environ.get("PATH", ""),
            "SVC_DATABASE_URL": with_user(database_url, APP_LOGIN),
