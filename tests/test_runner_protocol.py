@@ -123,7 +123,7 @@ async def test_line_batches_are_taken_once_in_order_and_bad_bodies_change_nothin
     headers = auth(token)
     unclaimed = await client.post(f"{JOBS}/job_l/lines", headers=headers,
                                   json={"channel": "output", "seq": 1, "lines": ["x"]})
-    assert unclaimed.status_code == 401, "only a claimed job sends lines"
+    assert unclaimed.status_code == 409, "only a claimed job sends lines"
     await client.post(f"{JOBS}/job_l/claim", json={"claimant": "r1"}, headers=headers)
     before = await snapshot(database_url)
     bad = [("claim", {}), ("claim", {"claimant": "has space"}),

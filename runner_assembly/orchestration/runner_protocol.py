@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from ledger import session_lines
-from ledger.errors import Unauthorized
+from ledger.errors import InvalidTransition, Unauthorized
 from ledger.events import JobExit
 from ledger.runner_job import (
     ClaimJob,
@@ -129,7 +129,7 @@ class RunnerProtocol:
         """The job's state if ``token`` is one of its live tokens (and it was claimed)."""
         job = authorize(await self.job(runner_job_id), token_hash(token))
         if claimed and job.claimant is None:
-            raise Unauthorized("runner token refused: the job's start was not claimed")
+            raise InvalidTransition("claim the job's start first", runnerJobId=runner_job_id)
         return job
 
     async def session_job(self, session_id: str, token: str) -> RunnerJobState:
