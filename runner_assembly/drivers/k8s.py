@@ -185,8 +185,6 @@ class KubernetesDriver:
                                   f"(HTTP {error.status})") from None
 
 
-
-
 def secret_data(spec: JobSpec) -> dict[str, str]:
     """The per-job Secret's data: the job spec (no secret value) and the transient env."""
     encoded = {JOB_SPEC_KEY: json.dumps(spec.public())}

@@ -166,7 +166,7 @@ class LocalDriver:
             return JobStatus(JobState.RUNNING)  # being created
         if (folder / CANCELLED_MARK).exists():
             return JobStatus(JobState.CANCELLED)
-        return JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
+        return JobStatus(JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
                          failure_message="the runner process ended without reporting its exit")
 
     async def cancel(self, runner_job_id: str) -> None:

@@ -9,6 +9,7 @@ refresh comes from these reports; the driver only says whether the job is still 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -148,8 +149,8 @@ class RunnerProtocol:
         """The job's status from its runner's reports; the driver only as a fallback.
 
         Without an exit report: a job whose lease expired is ``runner-lost`` (with
-        ``stop_lost`` its driver job is stopped), one the driver no longer has ended without
-        reporting.
+        ``stop_lost`` its driver job is stopped); one the driver says has ended is what the
+        driver saw of it.
         """
         job = await self.job(runner_job_id)
         if job is None:  # created before the runner protocol: only the driver knows
@@ -168,11 +169,10 @@ class RunnerProtocol:
         job = await self.job(runner_job_id) or job  # it may have reported meanwhile
         if job.exit is not None:
             return _reported(job)
-        if there.state == JobState.CANCELLED:
-            return JobStatus(JobState.CANCELLED, assembly=job.assembly,
-                             thread_id=job.thread_id)
-        return _lost(job, there.failure_message
-                     or "the runner ended without reporting its exit")
+        # The fallback when a runner dies before it reports: what the driver saw (pod status
+        # and termination message; a local process gone: runner-lost).
+        return dataclasses.replace(there, assembly=there.assembly or job.assembly,
+                                   thread_id=there.thread_id or job.thread_id)
 
 
 def _reported(job: RunnerJobState) -> JobStatus:

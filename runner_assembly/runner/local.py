@@ -143,17 +143,24 @@ def main() -> int:
     token = (folder / TOKEN_FILE).read_text().strip()
     MASKER.add(token)
     client = ManagerClient(os.environ["SVC_RUNNER_API_URL"], spec["runner_job_id"], token)
-    if not client.claim(secrets.token_hex(8)):
-        print("another runner claimed this job's start: exiting without starting it",
-              flush=True)
-        return 0
+    try:
+        if not client.claim(secrets.token_hex(8)):
+            print("another runner claimed this job's start: exiting without starting it",
+                  flush=True)
+            return 0
+        return _run_claimed(folder, args.secret_root, client, args.bwrap)
+    except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
+        print(str(refused), flush=True)
+        return 1
+
+
+def _run_claimed(folder: Path, secret_root: Path, client: ManagerClient,
+                 bwrap: str | None) -> int:
+    """Run the claimed job with heartbeats and the line shipper; report its exit."""
     beats = Heartbeats(client, float(os.environ.get("SVC_RUNNER_HEARTBEAT_S") or 10))
     shipper = Shipper(client, {channel: folder / name for channel, name in CHANNEL_FILES.items()})
     try:
-        report = MASKER.mask_json(run(folder, args.secret_root, client, args.bwrap))
-    except ManagerRefused as refused:  # the job was ended under us (cancel, lease)
-        print(str(refused), flush=True)
-        return 1
+        report = MASKER.mask_json(run(folder, secret_root, client, bwrap))
     finally:
         beats.stop()
     shipper.finish()
