@@ -16,7 +16,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from api import session_wire as sw
 from api import wire
 from api.body import convert, decode, read_body
-from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.errors import READ_ERRORS, WRITE_ERRORS, error_responses
 from api.params import (
     AfterSeq,
     Cursor,
@@ -94,7 +94,7 @@ class SessionController(Controller):
         return await session_api.cancel(session_id, body.reason, dry_run)
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
-          responses=WRITE_ERRORS)
+          responses={**WRITE_ERRORS, **error_responses(401)})
     async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
                               runner_api: RunnerDep,
                               session_id: SessionId) -> sw.SessionDetail:
