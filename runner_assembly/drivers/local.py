@@ -7,7 +7,8 @@ address (``SVC_RUNNER_API_URL``) and heartbeat interval; the job's token is in
 ``runner.token`` (0600). The runner reports everything through the runner protocol; this
 driver reads none of its files, only whether its process still runs. A create that finds
 no ``pid`` starts the runner again: if the first one did start (a crash before its ``pid``
-was written), the second loses the claim and exits without starting the backend. The secret
+was written), one of them loses the claim and exits without starting the backend; the
+winner writes its own ``pid``, so the driver follows the runner that runs the backend. The secret
 root is an argument of the runner, not part of ``spec.json``; unless ``SVC_LOCAL_SANDBOX=off``
 the runner starts the backend under bubblewrap (:mod:`runner_assembly.runner.sandbox`).
 """
@@ -146,7 +147,12 @@ class LocalDriver:
                 raise DriverError(FailureKind.INFRA_FAILED,
                                   f"cannot start the runner: {error}") from None
         crash_at(self.faults, "crash-after-spawn")
-        (folder / "pid").write_text(str(process.pid))
+        try:  # a runner that already won the claim wrote its own pid: keep that one
+            descriptor = os.open(folder / "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return self._pid(folder) or process.pid
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(str(process.pid))
         return process.pid
 
     @staticmethod

@@ -33,6 +33,7 @@ from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import CHANNEL_FILES, JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 from runner_assembly.runner.masking import Masker, Relays
@@ -148,6 +149,7 @@ def main() -> int:
             print("another runner claimed this job's start: exiting without starting it",
                   flush=True)
             return 0
+        write_private(folder / "pid", str(os.getpid()))  # the driver follows the winner
         return _run_claimed(folder, args.secret_root, client, args.bwrap)
     except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
         print(str(refused), flush=True)
