@@ -22,6 +22,8 @@ from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
 from api.run_routes import RunnerJobController
+from api.runner_routes import RunnerController
+from api.runner_service import RunnerApi
 from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
@@ -67,6 +69,7 @@ class Services:
         self._pool: asyncpg.Pool | None = None
         self._queue: QueueApi | None = None
         self._sessions: SessionApi | None = None
+        self._runner: RunnerApi | None = None
 
     def start(self, pool: asyncpg.Pool, settings: RunnerSettings,
               dispatcher: Dispatcher) -> SessionService:
@@ -75,6 +78,7 @@ class Services:
         self._pool = pool
         self._queue = QueueApi(pool, settings, QueueService(dispatcher), self.metrics)
         self._sessions = SessionApi(pool, settings, sessions)
+        self._runner = RunnerApi(dispatcher.protocol, sessions, settings.runner_lease_s)
         return sessions
 
     def pool(self) -> asyncpg.Pool:
@@ -92,6 +96,11 @@ class Services:
         assert self._sessions is not None, "the app has not started"
         return self._sessions
 
+    def runner_api(self) -> RunnerApi:
+        """The runner protocol."""
+        assert self._runner is not None, "the app has not started"
+        return self._runner
+
     def observed(self) -> Metrics:
         """The app's metrics."""
         return self.metrics
@@ -105,6 +114,7 @@ class Services:
         return {"pool": Provide(self.pool, sync_to_thread=False),
                 "queue_api": Provide(self.queue_api, sync_to_thread=False),
                 "session_api": Provide(self.session_api, sync_to_thread=False),
+                "runner_api": Provide(self.runner_api, sync_to_thread=False),
                 "metrics": Provide(self.observed, sync_to_thread=False),
                 "settings": Provide(self.runner_settings, sync_to_thread=False)}
 
@@ -148,7 +158,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
                 await each.close()
 
     return Litestar(
-        route_handlers=[QueueController, AttemptController, RunnerJobController,
+        route_handlers=[QueueController, AttemptController, RunnerJobController, RunnerController,
                         SessionController, RunCommandController,
                         validate_manifest, health, ready, metrics],
         dependencies=services.provide(),

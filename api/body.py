@@ -155,3 +155,13 @@ def _member(path: str, key: str) -> str:
     if holds_credential(key):
         return f"{path}[?]"
     return f"{path}[{msgspec.json.encode(key).decode()}]"
+
+
+def decode_runner_body(raw: bytes, kind: type[T], *, empty_ok: bool = False) -> T:
+    """Decode a runner's report strictly. No credential scan: a runner sends lines masked by
+    value, and the manager redacts them by pattern as it stores them."""
+    if not raw.strip():
+        if not empty_ok:
+            raise InvalidRequest("a JSON object body is required")
+        raw = b"{}"
+    return _parse(raw, kind)

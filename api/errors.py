@@ -21,6 +21,7 @@ STATUS_BY_CODE = {
     "invalid-request": 400,
     "schema-invalid": 400,
     "credential-in-request": 400,
+    "unauthorized": 401,
     "not-found": 404,
     "method-not-allowed": 405,
     "payload-too-large": 413,
@@ -67,6 +68,7 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
 _DESCRIPTIONS = {
     400: "invalid-request (malformed JSON, wrong types, unknown fields, bad parameters), "
          "schema-invalid (SPEC 7) or credential-in-request",
+    401: "unauthorized (a runner-protocol call without its job's token)",
     404: "not-found", 405: "method-not-allowed (header Allow lists the path's methods)",
     409: "invalid-transition, task-not-retryable, idempotency-conflict or "
          "stream-version-conflict",

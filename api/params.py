@@ -13,6 +13,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from api import wire
 from api.observability import Metrics
+from api.runner_service import RunnerApi
 from api.services import QueueApi, SessionApi
 from ledger.states import SessionFilter, TaskStatus
 from projections import queries
@@ -52,6 +53,7 @@ LineLimit = Annotated[int, QueryParameter(ge=1, le=1000)]
 
 QueueDep = NamedDependency[QueueApi]
 SessionDep = NamedDependency[SessionApi]
+RunnerDep = NamedDependency[RunnerApi]
 PoolDep = NamedDependency[asyncpg.Pool]
 MetricsDep = NamedDependency[Metrics]
 SettingsDep = NamedDependency[RunnerSettings]

@@ -291,14 +291,12 @@ class SessionApi:
                               page.next_cursor, page.high_water)
 
     async def show(self, session_id: str, reader_id: str) -> sw.SessionDetail:
-        """One session, after following its running turn."""
-        await self.sessions.sync(session_id)
+        """One session (a read: it changes nothing)."""
         return await self.detail(session_id, reader_id)
 
     async def lines(self, session_id: str, channel: str, after_seq: int,
                     limit: int) -> sw.LinePage:
-        """Output or trace lines after ``after_seq``, after following the running turn."""
-        await self.sessions.sync(session_id)
+        """Output or trace lines after ``after_seq`` (a read: it changes nothing)."""
         session = await session_queries.get_session(self.pool, session_id, DEFAULT_READER)
         if session is None:
             raise NotFound(f"session {session_id} not found", sessionId=session_id)
@@ -331,7 +329,7 @@ class SessionApi:
 
     async def refresh_storage(self, session_id: str,
                               body: sw.StorageSummaryBody | None) -> sw.SessionDetail:
-        """Record a posted volume summary, or (None) the one the latest job wrote back."""
+        """Record a posted volume summary (None: refused, the manager reads no job file)."""
         summary = None
         if body is not None:
             summary = msgspec.to_builtins(body)

@@ -2,11 +2,13 @@
 control, storage summaries, and commands added to runs.
 
 Reads come from the session projections and the session's own line store; they never touch
-the queue's records. Reading one session first follows its running turn (takes in new lines,
-records an ended job), so what it answers is current.
+the queue's records and never write: lines and facts arrive from runners through the runner
+protocol (``api/runner_routes.py``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 from litestar import Controller, Response, get, post
@@ -14,8 +16,8 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import examples, wire
 from api import session_wire as sw
-from api.body import decode, read_body
-from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.body import convert, decode, read_body
+from api.errors import READ_ERRORS, WRITE_ERRORS, error_responses
 from api.openapi import also_ok, body
 from api.params import (
     AfterSeq,
@@ -26,12 +28,14 @@ from api.params import (
     ProfileQuery,
     Reader,
     RunId,
+    RunnerDep,
     SessionDep,
     SessionId,
     SessionLimit,
     SessionStateQuery,
 )
 from api.services import DEFAULT_READER
+from ledger.errors import InvalidRequest
 from ledger.states import SessionFilter
 from runner_assembly.assembly import model
 
@@ -96,16 +100,19 @@ class SessionController(Controller):
         return await session_api.cancel(session_id, body.reason, dry_run)
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
-          responses=WRITE_ERRORS, opt=body(
+          responses={**WRITE_ERRORS, **error_responses(401)}, opt=body(
               sw.StorageSummaryBody, examples.STORAGE, required=False, empty_object=True,
-              description="The runner's volume summary; empty or {}: take the summary "
-                          "the session's latest runner job wrote back."))
+              description="The runner's volume summary (SPEC 2.6's snake_case names too); "
+                          "empty or {}: take the summary the session's latest runner job "
+                          "sent."))
     async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
+                              runner_api: RunnerDep,
                               session_id: SessionId) -> sw.SessionDetail:
-        """Record the runner's volume summary: the body a runner posts, or (empty body)
-        the summary the session's latest runner job wrote back."""
+        """Record the volume summary a runner writes back (SPEC 2.6's snake_case names are
+        accepted too). With a runner token, it must be of a live job of this session."""
         raw = await request.body()
         body = None if is_empty_object(raw) else read_summary(raw)
+        await runner_api.check_session(session_id, request.headers.get("authorization"))
         return await session_api.refresh_storage(session_id, body)
 
 
@@ -119,9 +126,22 @@ def is_empty_object(raw: bytes) -> bool:
         return False
 
 
+SNAKE_SUMMARY = {"storage_size_bytes": "storageSizeBytes",
+                 "storage_files_count": "storageFilesCount",
+                 "storage_sha256": "storageSha256", "pvc_name": "pvcName",
+                 "pvc_phase": "pvcPhase", "storage_updated_at": "storageUpdatedAt"}
+
+
 def read_summary(raw: bytes) -> sw.StorageSummaryBody:
-    """Decode a posted volume summary strictly."""
-    return decode(raw, sw.StorageSummaryBody, empty_ok=False)
+    """Decode a posted volume summary strictly, under either name of each field."""
+    document = decode(raw, dict[str, Any], empty_ok=False)
+    renamed: dict[str, Any] = {}
+    for name, value in document.items():
+        camel = SNAKE_SUMMARY.get(name, name)
+        if camel in renamed:
+            raise InvalidRequest(f"{camel} is given twice (as {name} too)", field=camel)
+        renamed[camel] = value
+    return convert(renamed, sw.StorageSummaryBody)
 
 
 class RunCommandController(Controller):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -121,6 +122,11 @@ def serve(
     where = ("SVC_DATABASE_URL" if server is None
              else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
+    if settings.runner_api_url is None:  # local runners call this server's runner protocol
+        local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        runner_api = f"http://[{local}]:{port}" if ":" in local else f"http://{local}:{port}"
+        settings = dataclasses.replace(settings, runner_api_url=runner_api)
+        os.environ["SVC_RUNNER_API_URL"] = runner_api  # what each worker's settings read
     render.out(f"svc serving on {api} with {workers} worker{'s' * (workers > 1)} "
                f"(database: {where}; migrations applied: {', '.join(applied) or 'none pending'})")
     if settings.sandbox is not None:

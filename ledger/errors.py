@@ -83,3 +83,9 @@ class CommitUnknown(DomainError):
     Retry with the same idempotency key."""
 
     code = "commit-unknown"
+
+
+class Unauthorized(DomainError):
+    """The runner token is missing, unknown, of another job, or its job has ended."""
+
+    code = "unauthorized"

@@ -307,7 +307,78 @@ class SessionRead(ReadUpTo, frozen=True, tag="session-read", tag_field="type"):
 SessionEvent = (SessionOpened | SessionTurnReserved | SessionTurnStarted | SessionTurnFinished
                 | SessionStorageRefreshed | SessionEvicted | SessionCancelled | SessionRead)
 
-LedgerEvent = TaskEvent | RunEvent | SessionEvent
+class JobTokenIssued(msgspec.Struct, frozen=True, tag="job-token-issued", tag_field="type"):
+    """A runner job's bearer token was issued (its sha256 only; the value is never stored).
+
+    Every token issued for a job stays valid for that job until the job ends."""
+
+    runner_job_id: str
+    session_id: str
+    run_id: str
+    token_sha256: str
+    at: str
+    task_id: str = ""
+    attempt_id: str = ""
+
+
+class JobClaimed(msgspec.Struct, frozen=True, tag="job-claimed", tag_field="type"):
+    """The first runner that claimed the job's start: only it starts the backend."""
+
+    claimant: str
+    at: str
+    startup: dict[str, object] | None = None
+    """The claimant's startup event: its work-ready capability summary (SPEC 2.11, 6),
+    bounded to those fields."""
+
+
+class JobHeartbeat(msgspec.Struct, frozen=True, tag="job-heartbeat", tag_field="type"):
+    """The claimed runner is alive (its lease is renewed)."""
+
+    at: str
+
+
+class JobAssemblyReported(msgspec.Struct, frozen=True, tag="job-assembly-reported",
+                          tag_field="type"):
+    """The runner's bounded assembly event (names, paths, hashes; never values)."""
+
+    assembly: dict[str, Any]
+
+
+class JobThreadReported(msgspec.Struct, frozen=True, tag="job-thread-reported",
+                        tag_field="type"):
+    """The thread the backend started (``start``) or resumed (``resume``)."""
+
+    thread_id: str
+    mode: str
+
+
+class JobExit(msgspec.Struct, frozen=True):
+    """How a runner job ended, as its runner reports it: command and event share it."""
+
+    state: str
+    exit_code: int | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    """When the backend (or, when none ran, the runner's work) started and ended (ISO 8601)."""
+
+
+class JobExited(JobExit, frozen=True, tag="job-exited", tag_field="type"):
+    """The runner reported its exit (recorded once)."""
+
+
+class JobEnded(msgspec.Struct, frozen=True, tag="job-ended", tag_field="type"):
+    """The manager closed the job (finished, cancelled or its lease expired): its tokens are
+    refused from now on."""
+
+    reason: str
+
+
+RunnerJobEvent = (JobTokenIssued | JobClaimed | JobHeartbeat | JobAssemblyReported
+                  | JobThreadReported | JobExited | JobEnded)
+
+LedgerEvent = TaskEvent | RunEvent | SessionEvent | RunnerJobEvent
 """Any stored event, of any stream."""
 
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
@@ -318,13 +389,15 @@ TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
 
 EVENT_TYPES: dict[type[msgspec.Struct], str] = {
     kind: kind.__struct_config__.tag
-    for kind in (*TaskEvent.__args__, *RunEvent.__args__, *SessionEvent.__args__)
+    for kind in (*TaskEvent.__args__, *RunEvent.__args__, *SessionEvent.__args__,
+                 *RunnerJobEvent.__args__)
 }
 
 event_encoder = msgspec.json.Encoder()
 task_event_decoder = msgspec.json.Decoder(TaskEvent)
 run_event_decoder = msgspec.json.Decoder(RunEvent)
 session_event_decoder = msgspec.json.Decoder(SessionEvent)
+runner_job_event_decoder = msgspec.json.Decoder(RunnerJobEvent)
 
 
 def event_type_of(event: msgspec.Struct) -> str:

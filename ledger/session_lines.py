@@ -1,8 +1,8 @@
 """Session output and trace: append-only lines per session and channel with a monotonic seq.
 
-Lines are taken in from a runner job's channel (its bytes from the last offset), redacted,
-bounded, and appended under a lock on the session's head row held to commit: concurrent
-takers never take a byte twice, and a reader that has seen seq N never later sees a new line
+A runner sends a job's lines in batches numbered by ``seq`` (the runner protocol); each batch
+is redacted, bounded, and appended under a lock on the session's head row held to commit:
+a resent batch is accepted once, and a reader that has seen seq N never later sees a new line
 at or below N.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ledger.database import DbConnection, Queryable
+from ledger.errors import InvalidTransition
 from ledger.redaction import redact_text
 from ledger.sqlfile import load_queries
 
@@ -71,6 +72,32 @@ async def take_in(conn: DbConnection, session_id: str, runner_job_id: str, chann
             await conn.execute(SQL["save_head"], session_id, channel, seqs[-1])
         await conn.execute(SQL["save_offset"], runner_job_id, channel, offset + used)
         return len(lines)
+
+
+async def append_batch(conn: DbConnection, session_id: str, runner_job_id: str, channel: str,
+                       batch_seq: int, lines: list[str]) -> bool:
+    """Append one numbered batch of a job's lines; False when that batch was already taken.
+
+    Batches of a job's channel are numbered 1, 2, …; a gap is refused (``invalid-transition``
+    naming the batch expected), so lines are never lost or reordered.
+    """
+    async with conn.transaction():
+        await conn.execute(SQL["ensure_head"], session_id, channel)
+        last = await conn.fetchval(SQL["lock_head"], session_id, channel)
+        taken = await conn.fetchval(SQL["source_batch"], runner_job_id, channel) or 0
+        if batch_seq <= taken:
+            return False
+        if batch_seq != taken + 1:
+            raise InvalidTransition(f"batch {batch_seq} out of order; expected {taken + 1}",
+                                    expectedSeq=taken + 1)
+        stored = [bounded_line(line.replace("\x00", "\ufffd")) for line in lines]
+        if stored:
+            seqs = list(range(last + 1, last + 1 + len(stored)))
+            await conn.execute(SQL["insert_lines"], session_id, channel, runner_job_id, seqs,
+                               stored)
+            await conn.execute(SQL["save_head"], session_id, channel, seqs[-1])
+        await conn.execute(SQL["save_batch"], runner_job_id, channel, batch_seq)
+        return True
 
 
 async def last_seq(db: Queryable, session_id: str, channel: str) -> int:

@@ -118,6 +118,7 @@ class FailureKind(StrEnum):
     """SPEC 7: the backend command could not spawn because of the workspace's form."""
     WORKSPACE_REFUSED = "workspace-refused"
     """SPEC 8: the checkout would leave the workspace root or overwrite a protected path."""
+    RUNNER_LOST = "runner-lost"
 
 
 BLOCKER_KINDS = frozenset({

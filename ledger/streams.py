@@ -9,8 +9,14 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ledger import run, session, task
-from ledger.events import LedgerEvent, run_event_decoder, session_event_decoder, task_event_decoder
+from ledger import run, runner_job, session, task
+from ledger.events import (
+    LedgerEvent,
+    run_event_decoder,
+    runner_job_event_decoder,
+    session_event_decoder,
+    task_event_decoder,
+)
 
 
 class Command(Protocol):
@@ -63,13 +69,21 @@ SESSION_STREAM = StreamKind(
     evolve=session.evolve,
 )
 
+RUNNER_JOB_STREAM = StreamKind(
+    stream_type=runner_job.STREAM_TYPE,
+    decode=runner_job_event_decoder.decode,
+    decide=runner_job.decide,
+    evolve=runner_job.evolve,
+)
+
 COMMAND_STREAMS: dict[type[Command], StreamKind] = {
     **{kind: TASK_STREAM for kind in task.TaskCommand.__args__},
     **{kind: RUN_STREAM for kind in run.RunCommand.__args__},
     **{kind: SESSION_STREAM for kind in session.SessionCommand.__args__},
+    **{kind: RUNNER_JOB_STREAM for kind in runner_job.RunnerJobCommand.__args__},
 }
 STREAM_KINDS: dict[str, StreamKind] = {
-    k.stream_type: k for k in (TASK_STREAM, RUN_STREAM, SESSION_STREAM)}
+    k.stream_type: k for k in (TASK_STREAM, RUN_STREAM, SESSION_STREAM, RUNNER_JOB_STREAM)}
 
 
 def stream_kind_for(command: Command) -> StreamKind:

@@ -31,6 +31,17 @@ def _workspace_root(root: str | None, data_dir: Path) -> str | None:
     return str(check_root_setting(root, protected))
 
 
+def _seconds(env: os._Environ[str], name: str, default: float) -> float:
+    text = env.get(name) or str(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class RunnerSettings:
     """Where runner jobs live and how they run."""
@@ -58,6 +69,13 @@ class RunnerSettings:
     session_sync_interval_ms: int = 1000
     local_sandbox: str = "bwrap"
     """``SVC_LOCAL_SANDBOX``: ``bwrap`` (local backends under bubblewrap) or ``off``."""
+    runner_api_url: str | None = None
+    """``SVC_RUNNER_API_URL``: where runners reach the runner protocol (``svc serve`` sets its
+    own address when unset)."""
+    runner_heartbeat_s: float = 10.0
+    """``SVC_RUNNER_HEARTBEAT_S``: how often a runner renews its lease."""
+    runner_lease_s: float = 60.0
+    """``SVC_RUNNER_LEASE_S``: a run whose last heartbeat is older is lost (``runner-lost``)."""
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:
@@ -96,6 +114,9 @@ class RunnerSettings:
             session_gc_interval_ms=int(env.get("SVC_SESSION_GC_INTERVAL_MS", "300000")),
             session_sync_interval_ms=int(env.get("SVC_SESSION_SYNC_INTERVAL_MS", "1000")),
             local_sandbox=env.get("SVC_LOCAL_SANDBOX") or "bwrap",
+            runner_api_url=env.get("SVC_RUNNER_API_URL") or None,
+            runner_heartbeat_s=_seconds(env, "SVC_RUNNER_HEARTBEAT_S", 10.0),
+            runner_lease_s=_seconds(env, "SVC_RUNNER_LEASE_S", 60.0),
         )
 
     @property

@@ -4,6 +4,8 @@ template database, and a fresh database cloned from it for each test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -17,7 +19,8 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from litestar.testing import AsyncTestClient
+import uvicorn
+from litestar import Litestar
 
 from api.app import create_app
 from ledger.database import APP_LOGIN, ensure_app_login, start_embedded, with_user
@@ -93,12 +96,51 @@ def runner_settings(tmp_path: Path) -> RunnerSettings:
 
 @pytest.fixture
 async def client(app_url: str,
-                 runner_settings: RunnerSettings) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
-    """The real Litestar app on the test database (as the service's role), through its ASGI
-    interface."""
-    app = create_app(app_url, settings=runner_settings)
-    async with AsyncTestClient(app) as test_client:
-        yield test_client
+                 runner_settings: RunnerSettings) -> AsyncIterator[httpx.AsyncClient]:
+    """The real Litestar app on the test database (as the service's role), served over HTTP
+    on a loopback port in the tests' event loop: its runners report there too."""
+    async with app_client(app_url, runner_settings) as http:
+        yield http
+
+
+class _InProcessServer(uvicorn.Server):
+    """A uvicorn server inside the tests' event loop: the signals stay pytest's."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@asynccontextmanager
+async def listening(app: Litestar, port: int) -> AsyncIterator[None]:
+    """Serve ``app`` (its lifespan included) over HTTP on ``port`` in this event loop."""
+    server = _InProcessServer(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on",
+                                             log_level="warning", access_log=False,
+                                             log_config=None))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("the test server stopped before it started")
+        await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        await task
+
+
+@asynccontextmanager
+async def app_client(database_url: str,
+                     settings: RunnerSettings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with these settings served on a loopback port (its runners report there),
+    and a client of it."""
+    port = free_port()
+    app = create_app(database_url, settings=dataclasses.replace(
+        settings, runner_api_url=f"http://127.0.0.1:{port}"))
+    async with listening(app, port), httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        yield http
 
 
 def free_port() -> int:
@@ -115,12 +157,14 @@ def svc_executable() -> str:
 
 @asynccontextmanager
 async def running_api(database_url: str, workdir: Path,
-                      extra_env: dict[str, str] | None = None) -> AsyncIterator[str]:
+                      extra_env: dict[str, str] | None = None,
+                      port: int | None = None) -> AsyncIterator[str]:
     """Run a real ``svc serve`` process on ``database_url``; yields its base URL.
 
-    Its data dir is ``workdir/data`` (with a profile-1 secret), shared by restarts.
+    Its data dir is ``workdir/data`` (with a profile-1 secret), shared by restarts; a restart
+    on the same ``port`` is reached by the runners the previous process started.
     """
-    port = free_port()
+    port = port or free_port()
     write_profile_secret(workdir / "data")
     env = {"PATH": os.environ.get("PATH", ""),
            "SVC_DATABASE_URL": with_user(database_url, APP_LOGIN),

@@ -7,15 +7,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from litestar.testing import AsyncTestClient
 
-from api.app import create_app
 from runner_assembly.assembly.defaults import RuntimeDefaults
 from runner_assembly.settings import RunnerSettings
 from tests.bundles import (
@@ -26,6 +22,7 @@ from tests.bundles import (
     git,
     make_bundle_repo,
 )
+from tests.conftest import app_client
 from tests.support import replay_report, snapshot
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle, submit
 
@@ -38,13 +35,6 @@ def settings_for(base: RunnerSettings, **defaults: Any) -> RunnerSettings:
     return dataclasses.replace(
         base, backend_commands={**base.backend_commands, "profile-1": backend_command(python)},
         defaults=RuntimeDefaults(**defaults))
-
-
-@asynccontextmanager
-async def app_client(database_url: str, settings: RunnerSettings) -> AsyncIterator[Any]:
-    """A client of the real app with these runner settings."""
-    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
-        yield client
 
 
 async def runner_job(client: Any, task: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +254,7 @@ async def test_tool_credentials_and_the_per_job_secret_reach_only_the_backend(
     assert {e["name"]: e["source"] for e in plan["env"]}["LAB_API_KEY"] == "per-job-secret"
     assert {(s["role"], s["projection"]) for s in plan["secrets"]} == {
         ("provider", "backend-home"), ("tool", "env"), ("tool", "volume")}
-    for path in (folder / "spec.json", folder / "assembly.json", folder / "runner.log"):
+    for path in (folder / "spec.json", folder / "runner.log"):
         text = path.read_text()
         assert lab_key not in text and TOKEN_CANARY not in text and "alice" not in text
     assert lab_key not in json.dumps(job) and TOKEN_CANARY not in json.dumps(job)

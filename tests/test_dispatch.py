@@ -11,12 +11,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-from litestar.testing import AsyncTestClient
 
-from api.app import create_app
 from projections.replay import replay
 from runner_assembly.assembly.names import STATIC_ENV
 from runner_assembly.settings import RunnerSettings
+from tests.conftest import app_client
 from tests.support import SECRET_CANARY, post_changing_nothing, snapshot, task_body
 
 TASKS = "/api/v1/queue/tasks"
@@ -68,6 +67,15 @@ def job_dirs(settings: RunnerSettings) -> list[Path]:
     return sorted(settings.jobs_dir.iterdir()) if settings.jobs_dir.exists() else []
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie counts as ended)."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return status != "Z"
+
+
 async def test_dispatch_runs_the_task_to_completion(
     client: Any, database_url: str, runner_settings: RunnerSettings
 ) -> None:
@@ -111,7 +119,7 @@ async def test_the_runner_environment_is_minimal_and_explicit(
     script = "import json, os; print(json.dumps(sorted(os.environ)))"
     settings = RunnerSettings(data_dir=runner_settings.data_dir, backend_commands={
         **runner_settings.backend_commands, "profile-1": (python, "-c", script)})
-    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+    async with app_client(database_url, settings) as client:
         task_id = await submit(client)
         await dispatch(client, task_id)
         assert (await settle(client, task_id))["state"] == "completed"
@@ -218,13 +226,17 @@ async def test_cancelling_a_running_task_stops_its_runner_job(
     task = response.json()
     assert task["state"] == "cancelled" and task["latestAttempt"]["state"] == "cancelled"
     (job,) = job_dirs(runner_settings)
+    pid = int((job / "pid").read_text())
     deadline = time.monotonic() + 10
-    while not (job / "status.json").exists() and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-    assert json.loads((job / "status.json").read_text())["state"] == "cancelled"
+    assert not process_alive(pid), "the runner process was stopped"
     conn = await asyncpg.connect(database_url)
     try:
         assert await conn.fetchval("SELECT status FROM run_record") == "cancelled"
+        ended = await conn.fetchval("SELECT count(*) FROM ledger WHERE stream_id = $1 AND "
+                                    "event_type = 'job-ended'", job.name)
+        assert ended == 1, "the job's runner tokens are refused from now on"
         assert (await replay(conn)).ok
     finally:
         await conn.close()
@@ -267,7 +279,7 @@ async def test_no_secret_value_reaches_any_answer(
         await conn.close()
     assert SECRET_CANARY not in ledger
     (job,) = job_dirs(runner_settings)
-    for name in ("stdout.log", "stderr.log", "runner.log", "spec.json", "status.json"):
+    for name in ("stdout.log", "stderr.log", "runner.log", "spec.json", "trace.jsonl"):
         assert SECRET_CANARY not in (job / name).read_text()
 
 
@@ -276,7 +288,7 @@ async def test_retention_fences_job_creation_by_namespace_capacity(
 ) -> None:
     settings = RunnerSettings(data_dir=runner_settings.data_dir, retention=True,
                               retention_capacity=1)
-    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+    async with app_client(database_url, settings) as client:
         first = await submit(client, "sleep: 1")
         second = await submit(client)
         assert (await dispatch(client, first))["state"] == "running"
@@ -296,7 +308,7 @@ async def test_the_supervisor_carries_the_queue_timeout_budget(
 ) -> None:
     settings = RunnerSettings(data_dir=runner_settings.data_dir,
                               timeout_budgets={"main": "30m"})
-    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+    async with app_client(database_url, settings) as client:
         task_id = await submit(client)
         listed = (await client.get(TASKS)).json()["items"][0]["supervisor"]
         assert listed == {"phase": "awaiting-dispatch", "lastActivitySeq": 1,

@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 
 from projections.replay import replay
-from tests.conftest import SERVER_PIDS, running_api
+from tests.conftest import SERVER_PIDS, free_port, running_api
 from tests.support import task_body
 
 TASKS = "/api/v1/queue/tasks"
@@ -107,7 +107,8 @@ async def test_a_create_that_succeeded_but_timed_out_is_adopted_on_replay(
     database_url: str, tmp_path: Path
 ) -> None:
     timeout = {"SVC_FAULTS": "create-timeout"}
-    async with running_api(database_url, tmp_path, timeout) as base, \
+    port = free_port()  # restarted on its address: the runners it started report there
+    async with running_api(database_url, tmp_path, timeout, port) as base, \
             httpx.AsyncClient(base_url=base, timeout=60) as http:
         task = (await http.post(TASKS, json=task_body(payload={"prompt": "exit: 4"}))).json()
         task_id = task["taskId"]
@@ -116,7 +117,7 @@ async def test_a_create_that_succeeded_but_timed_out_is_adopted_on_replay(
         assert (attempt["state"], attempt["failureKind"]) == ("reserved", "infra-failed")
         assert first["state"] == "pending", "the task waits until its job is materialised"
         assert len(job_dirs(tmp_path)) == 1, "the job exists although the caller was told no"
-    async with running_api(database_url, tmp_path) as base, \
+    async with running_api(database_url, tmp_path, port=port) as base, \
             httpx.AsyncClient(base_url=base, timeout=60) as http:
         again = (await http.post(f"{TASKS}/{task_id}/dispatch", json={})).json()
         assert again["latestAttempt"]["attemptId"] == attempt["attemptId"]
@@ -124,13 +125,13 @@ async def test_a_create_that_succeeded_but_timed_out_is_adopted_on_replay(
         assert (await settle(http, task_id))["state"] == "failed"
     assert len(job_dirs(tmp_path)) == 1, "dispatching again adopted the job, made no twin"
     body = {"idempotencyKey": "adopt", "reason": "timed out"}
-    async with running_api(database_url, tmp_path, timeout) as base, \
+    async with running_api(database_url, tmp_path, timeout, port) as base, \
             httpx.AsyncClient(base_url=base, timeout=60) as http:
         retried = (await http.post(f"{TASKS}/{task_id}/retry", json=body)).json()
         assert (retried["retryIndex"], retried["state"]) == (1, "reserved")
         assert retried["failureKind"] == "infra-failed"
         assert (await http.get(f"{TASKS}/{task_id}")).json()["state"] == "failed"
-    async with running_api(database_url, tmp_path) as base, \
+    async with running_api(database_url, tmp_path, port=port) as base, \
             httpx.AsyncClient(base_url=base, timeout=60) as http:
         replayed = (await http.post(f"{TASKS}/{task_id}/retry", json=body)).json()
         assert replayed["attemptId"] == retried["attemptId"]

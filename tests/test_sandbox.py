@@ -16,14 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-from litestar.testing import AsyncTestClient
 
-from api.app import create_app
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.drivers import DriverError
 from runner_assembly.drivers.local import LocalDriver
 from runner_assembly.settings import RunnerSettings
-from tests.conftest import running_api, svc_executable
+from tests.conftest import app_client, running_api, svc_executable
 from tests.support import task_body, write_profile_secret
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
 
@@ -81,7 +79,7 @@ def plant(data: Path) -> None:
 
 
 async def run_task(database_url: str, settings: RunnerSettings, session: str) -> dict[str, Any]:
-    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+    async with app_client(database_url, settings) as client:
         task_id = await submit(client, "probe", sessionRef={"sessionId": session,
                                                             "conversationId": f"c-{session}"})
         await dispatch(client, task_id)

@@ -124,7 +124,7 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
         assert refused.json()["error"]["code"] == "credential-in-request"
     stored, files = await stored_outputs(database_url, tmp_path)
     jobs = tmp_path / "data" / "jobs"
-    assert any(p.name == "stdout.log" for p in files) and any(p.name == "assembly.json"
+    assert any(p.name == "stdout.log" for p in files) and any(p.name == "trace.jsonl"
                                                              for p in files)
     outputs += stored
     projected = "".join(p.read_text(errors="replace") for p in jobs.rglob("*")

@@ -27,16 +27,16 @@ SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION
                "SVC_BACKEND_ROLLOUT_SUBDIR")
 
 # Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
-ASSEMBLY_FILE = "assembly.json"
-"""The runner's bounded assembly event (SPEC 6)."""
 STARTUP_FILE = "startup.json"
-"""The runner's startup event: its work-ready capability summary (SPEC 2.11, 6)."""
+"""The pod runner's startup event (its work-ready capability summary, SPEC 2.11, 6) in its
+state directory; the local runner sends it with its claim instead."""
 JOB_SECRET_DIR = "job-secret"
 """The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
-STORAGE_FILE = "storage.json"
-"""The runner's summary of the session volume after the backend ended."""
+TOKEN_FILE = "runner.token"
+"""The job's runner-protocol bearer token (0600), written by the driver with the job."""
 CHANNEL_FILES = {"output": "stdout.log", "trace": "trace.jsonl"}
-"""Where a local job's runner writes each session channel."""
+"""The runner's own scratch files for each session channel (it ships them; nobody else reads
+them)."""
 
 
 def kube_name(identifier: str) -> str:

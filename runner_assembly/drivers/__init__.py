@@ -25,4 +25,5 @@ def make_driver(settings: RunnerSettings) -> RunnerDriver:
         return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
     from runner_assembly.drivers.local import LocalDriver
 
-    return LocalDriver(settings.jobs_dir, settings.sessions_dir, settings.local_sandbox)
+    return LocalDriver(settings.jobs_dir, settings.sessions_dir, settings.local_sandbox,
+                       settings.runner_api_url, settings.runner_heartbeat_s, settings.faults)

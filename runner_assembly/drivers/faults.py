@@ -2,8 +2,10 @@
 
 ``create-timeout``: a create that really creates the job then reports a timeout, so the
 caller never learns it worked. ``create-timeout@P`` does so with probability P, drawn from
-``SVC_FAULT_SEED``. ``crash-after-reserve``: the server kills itself (SIGKILL) right after
-an attempt is reserved, before its runner job is created.
+``SVC_FAULT_SEED``. Crash points, where the server kills itself (SIGKILL):
+``crash-after-reserve`` (an attempt is reserved, its job not created yet),
+``crash-after-spawn`` (the local runner process started, its ``pid`` not written yet) and
+``crash-after-create`` (the driver created the job, the ledger does not record it yet).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-from typing import Any
 
 from ledger.states import FailureKind
 from runner_assembly.drivers.protocol import (
@@ -63,20 +64,16 @@ class FaultyDriver:
         """As the wrapped driver."""
         await self.inner.delete_volume(volume)
 
-    async def read_channel(self, runner_job_id: str, channel: str,
-                           offset: int) -> tuple[bytes, bool]:
-        """As the wrapped driver."""
-        return await self.inner.read_channel(runner_job_id, channel, offset)
 
-    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
-        """As the wrapped driver."""
-        return await self.inner.storage_summary(runner_job_id)
+def crash_at(faults: frozenset[str], point: str) -> None:
+    """Die like a killed server if the crash point ``point`` is on."""
+    if point in faults:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def crash_after_reserve(faults: frozenset[str]) -> None:
     """Die like a killed server if the fault is on."""
-    if "crash-after-reserve" in faults:
-        os.kill(os.getpid(), signal.SIGKILL)
+    crash_at(faults, "crash-after-reserve")
 
 
 def wrap(driver: RunnerDriver, faults: frozenset[str]) -> RunnerDriver:

@@ -177,15 +177,6 @@ class KubernetesDriver:
                 raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not delete the "
                                   f"PersistentVolumeClaim (HTTP {error.status})") from None
 
-    async def read_channel(self, runner_job_id: str, channel: str,
-                           offset: int) -> tuple[bytes, bool]:
-        """Not collected from pods yet: nothing, and final once the Job has ended."""
-        return b"", (await self.status(runner_job_id)).terminal
-
-    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
-        """A pod posts its summary to the storage-refresh API; nothing to read here."""
-        return None
-
     async def cancel(self, runner_job_id: str) -> None:
         """Delete the Job (its pods and its owned Secret go with it)."""
         await asyncio.to_thread(self._cancel, runner_job_id)
@@ -199,8 +190,6 @@ class KubernetesDriver:
             if error.status != 404:
                 raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not delete the Job "
                                   f"(HTTP {error.status})") from None
-
-
 
 
 def secret_data(spec: JobSpec) -> dict[str, str]:

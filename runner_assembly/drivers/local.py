@@ -2,9 +2,15 @@
 
 Each job has a directory ``<data>/jobs/<runnerJobId>/`` created with an exclusive ``mkdir``,
 so a second create finds the first and adopts it. The child runs ``local_runner`` with an
-explicit minimal environment: nothing is inherited from the server. The secret root is an
-argument of the runner, not part of ``spec.json``; unless ``SVC_LOCAL_SANDBOX=off`` the
-runner starts the backend under bubblewrap (:mod:`runner_assembly.runner.sandbox`).
+explicit minimal environment: nothing is inherited from the server but the runner protocol's
+address (``SVC_RUNNER_API_URL``) and heartbeat interval; the job's token is in
+``runner.token`` (0600). The runner reports everything through the runner protocol; this
+driver reads none of its files, only whether its process still runs. A create that finds
+no ``pid`` starts the runner again: if the first one did start (a crash before its ``pid``
+was written), one of them loses the claim and exits without starting the backend; the
+winner writes its own ``pid``, so the driver follows the runner that runs the backend. The secret
+root is an argument of the runner, not part of ``spec.json``; unless ``SVC_LOCAL_SANDBOX=off``
+the runner starts the backend under bubblewrap (:mod:`runner_assembly.runner.sandbox`).
 """
 
 from __future__ import annotations
@@ -16,9 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import re2
@@ -26,20 +30,15 @@ import re2
 import runner_assembly
 from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
-from runner_assembly.assembly.names import (
-    ASSEMBLY_FILE,
-    CHANNEL_FILES,
-    JOB_SECRET_DIR,
-    STARTUP_FILE,
-    STORAGE_FILE,
-)
+from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
+from runner_assembly.drivers.faults import crash_at
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
     JobSpec,
     JobStatus,
 )
-from runner_assembly.runner.jobfiles import read_json, write_json_atomically
+from runner_assembly.runner.jobfiles import write_json_atomically, write_private
 from runner_assembly.runner.sandbox import BWRAP, MODES, SandboxUnavailable, find_bwrap
 
 RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
@@ -69,14 +68,23 @@ def write_job_secret(folder: Path, values: dict[str, str]) -> None:
             handle.write(value)
 
 
+CANCELLED_MARK = "cancelled"
+"""The driver's own note that it stopped the job (its runner reports nothing then)."""
+
+
 class LocalDriver:
     """Runner jobs as local processes under ``jobs_dir``."""
 
     name = "local"
 
-    def __init__(self, jobs_dir: Path, sessions_dir: Path, sandbox: str = BWRAP) -> None:
+    def __init__(self, jobs_dir: Path, sessions_dir: Path, sandbox: str = BWRAP,
+                 api_url: str | None = None, heartbeat_s: float = 10.0,
+                 faults: frozenset[str] = frozenset()) -> None:
         """``sandbox``: ``bwrap`` (refused with ``infra-failed`` when bwrap cannot run here)
-        or ``off``."""
+        or ``off``; ``api_url``: where runners reach the runner protocol."""
+        self.api_url = api_url
+        self.faults = faults
+        self.heartbeat_s = heartbeat_s
         self.jobs_dir = jobs_dir
         self.sessions_dir = sessions_dir
         if sandbox not in MODES:
@@ -107,22 +115,6 @@ class LocalDriver:
         """Remove the session's directory and everything in it."""
         await asyncio.to_thread(shutil.rmtree, self.volume_dir(volume), True)
 
-    async def read_channel(self, runner_job_id: str, channel: str,
-                           offset: int) -> tuple[bytes, bool]:
-        """Bytes of the job's channel file from ``offset``; final once the job reported."""
-        folder = self.job_dir(runner_job_id)
-        final = (folder / "status.json").exists()  # checked first: the file is then whole
-        try:
-            with (folder / CHANNEL_FILES[channel]).open("rb") as handle:
-                handle.seek(offset)
-                return handle.read(), final
-        except FileNotFoundError:
-            return b"", final
-
-    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
-        """The runner's ``storage.json``."""
-        return read_json(self.job_dir(runner_job_id) / STORAGE_FILE)
-
     def job_dir(self, runner_job_id: str) -> Path:
         """The directory of one job."""
         if "/" in runner_job_id or runner_job_id.startswith("."):
@@ -152,13 +144,20 @@ class LocalDriver:
             if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
             write_json_atomically(folder / "spec.json", public)
+        if spec.runner_token:  # every token issued for the job stays valid: the newest here
+            write_private(folder / TOKEN_FILE, spec.runner_token)
         pid = self._pid(folder)
         if pid is None:  # a create that crashed before starting the runner: start it now
             pid = self._spawn(folder, spec.secret_root)
         return JobHandle(self.name, spec.runner_job_id, f"pid:{pid}", adopted)
 
     def _spawn(self, folder: Path, secret_root: str) -> int:
-        env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder)}
+        if self.api_url is None:
+            raise DriverError(FailureKind.INFRA_FAILED, "no runner protocol address: set "
+                              "SVC_RUNNER_API_URL (svc serve sets its own)")
+        env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder),
+               "SVC_RUNNER_API_URL": self.api_url,
+               "SVC_RUNNER_HEARTBEAT_S": str(self.heartbeat_s)}
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
@@ -169,7 +168,13 @@ class LocalDriver:
             except OSError as error:
                 raise DriverError(FailureKind.INFRA_FAILED,
                                   f"cannot start the runner: {error}") from None
-        (folder / "pid").write_text(str(process.pid))
+        crash_at(self.faults, "crash-after-spawn")
+        try:  # a runner that already won the claim wrote its own pid: keep that one
+            descriptor = os.open(folder / "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return self._pid(folder) or process.pid
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(str(process.pid))
         return process.pid
 
     @staticmethod
@@ -180,70 +185,29 @@ class LocalDriver:
             return None
 
     async def status(self, runner_job_id: str) -> JobStatus:
-        """Terminal status from the runner's ``status.json``, else whether it still runs."""
+        """Whether the job's runner still runs (its outcome comes through the protocol)."""
         folder = self.job_dir(runner_job_id)
-        report = read_json(folder / "status.json")
-        if report is not None:
-            return _status_from(report, folder)
         pid = self._pid(folder)
         if pid is not None and _alive(pid):
             return JobStatus(JobState.RUNNING)
-        report = read_json(folder / "status.json")  # it may have finished meanwhile
-        if report is not None:
-            return _status_from(report, folder)
         if pid is None and folder.exists():
             return JobStatus(JobState.RUNNING)  # being created
-        return JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
-                         failure_message="the runner process ended without reporting a status")
+        if (folder / CANCELLED_MARK).exists():
+            return JobStatus(JobState.CANCELLED)
+        return JobStatus(JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
+                         failure_message="the runner process ended without reporting its exit")
 
     async def cancel(self, runner_job_id: str) -> None:
-        """Stop the job's process group and record it as cancelled."""
+        """Stop the job's process group."""
         folder = self.job_dir(runner_job_id)
         pid = self._pid(folder)
+        if folder.exists():
+            (folder / CANCELLED_MARK).touch()
         if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
+                os.killpg(pid, signal.SIGCONT)  # a stopped runner (a lost lease) ends too
             _alive(pid)
-        if folder.exists() and not (folder / "status.json").exists():
-            write_json_atomically(folder / "status.json", {"state": JobState.CANCELLED})
-
-
-def _status_from(report: dict[str, object], folder: Path) -> JobStatus:
-    """The terminal status with the runner's assembly and startup events."""
-    exit_code = report.get("exitCode")
-    assembly = read_json(folder / ASSEMBLY_FILE)
-    return JobStatus(
-        state=_job_state(report.get("state")),
-        exit_code=exit_code if isinstance(exit_code, int) else None,
-        failure_kind=_text(report.get("failureKind")),
-        failure_message=_text(report.get("failureMessage")),
-        assembly=assembly if isinstance(assembly, dict) else None,
-        thread_id=_text(report.get("threadId")),
-        startup=read_json(folder / STARTUP_FILE),
-        started_at=_moment(report.get("startedAt")),
-        finished_at=_moment(report.get("finishedAt")),
-    )
-
-
-def _moment(value: object) -> datetime | None:
-    """A timestamp the runner reported (ISO 8601 with a zone), else None."""
-    try:
-        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
-    return moment if moment is not None and moment.tzinfo is not None else None
-
-
-def _job_state(value: object) -> JobState:
-    """The state a runner reported; anything unreadable counts as failed."""
-    try:
-        return JobState(str(value))
-    except ValueError:
-        return JobState.FAILED
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _alive(pid: int) -> bool:

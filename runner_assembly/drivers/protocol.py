@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from ledger.states import FailureKind, JobState
 
@@ -32,11 +32,14 @@ class JobSpec:
     """``SVC_WORKSPACE_ROOT`` (None: the driver's default place for checkouts)."""
     job_secret: dict[str, str] = field(default_factory=dict, repr=False)
     """Values of the per-job secret: the driver stores them as a secret, nowhere else."""
+    runner_token: str = field(default="", repr=False)
+    """The job's runner-protocol bearer token: delivered with the per-job secret only."""
 
     def public(self) -> dict[str, object]:
         """The spec without the per-job secret's values (what a job may show)."""
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}
         values.pop("job_secret")
+        values.pop("runner_token")
         return values
 
 
@@ -106,14 +109,4 @@ class RunnerDriver(Protocol):
 
     async def delete_volume(self, volume: dict[str, object]) -> None:
         """Remove a session volume (no error if it is gone)."""
-        ...
-
-    async def read_channel(self, runner_job_id: str, channel: str,
-                           offset: int) -> tuple[bytes, bool]:
-        """Bytes of a job's ``output`` or ``trace`` from ``offset``, and whether they are
-        final (the job has ended, nothing more will come)."""
-        ...
-
-    async def storage_summary(self, runner_job_id: str) -> dict[str, Any] | None:
-        """The volume summary the job's runner wrote back, if any."""
         ...

@@ -8,6 +8,7 @@ of the same name) and records the result. Replaying it is always safe.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -68,6 +69,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
     RunnerDriver,
 )
+from runner_assembly.orchestration.runner_protocol import RunnerProtocol
 from runner_assembly.orchestration.session_turns import SessionTurns, choose_thread, folded
 from runner_assembly.settings import RunnerSettings
 
@@ -121,6 +123,7 @@ class Dispatcher:
                                  storage_class=settings.storage_class,
                                  rollout_subdir=settings.rollout_subdir)
         self.sessions = SessionTurns(pool, fence_pool, writer, driver, settings, self.resolver)
+        self.protocol = RunnerProtocol(pool, writer, driver, settings.runner_lease_s)
 
     async def facts(self, task_id: str) -> TaskFacts:
         """What materialisation needs to know about a task, from its projections."""
@@ -304,6 +307,9 @@ class Dispatcher:
                     return
                 plan, thread = created
                 spec = self.job_spec(facts, row, plan, env, thread)
+                spec = dataclasses.replace(spec, runner_token=await self.protocol.issue(
+                    row.runner_job_id, session_id=session_id, run_id=row.run_id,
+                    task_id=task_id, attempt_id=attempt_id))
                 log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
                           attempt_id, msgspec.json.encode(plan).decode())
                 try:
@@ -313,6 +319,7 @@ class Dispatcher:
                                                      error.kind, bounded(error.message))
                     await self._fail(task_id, attempt_id, error.kind, error.message)
                     return
+                faults.crash_at(self.settings.faults, "crash-after-create")
                 outcomes = await self.writer.execute_all([
                     RecordRunnerJob(row.run_id, handle.driver, handle.handle,
                                     msgspec.to_builtins(plan)),
@@ -429,14 +436,14 @@ class Dispatcher:
         if latest is None or latest.ids is None or latest.state != AttemptStatus.RUNNING:
             return None
         row = latest.ids
-        status = await self.driver.status(row.runner_job_id)
+        status = await self.protocol.status(row.runner_job_id, stop_lost=not dry_run)
         if not status.terminal:
             return None
-        outcome, implied = attempt_outcome(status.state)
+        ended, implied = attempt_outcome(status.state)
         kind = status.failure_kind or implied
         message = bounded(status.failure_message) if status.failure_message else None
         finish = FinishAttempt(task_id, AttemptEnd(
-            row.attempt_id, outcome, kind, message, status.exit_code,
+            row.attempt_id, ended, kind, message, status.exit_code,
             started_at=status.started_at.isoformat() if status.started_at else msgspec.UNSET,
             finished_at=status.finished_at.isoformat() if status.finished_at
             else msgspec.UNSET))
@@ -446,7 +453,9 @@ class Dispatcher:
         await self.sessions.finish(row.session_id, row.runner_job_id, status)
         await self.writer.execute(FinishRun(row.run_id, RunEnd(
             run_status_of(status.state), status.exit_code, kind, message)), ACTOR)
-        return await self.writer.execute(finish, ACTOR)
+        outcome = await self.writer.execute(finish, ACTOR)
+        await self.protocol.end(row.runner_job_id, str(status.state))
+        return outcome
 
     async def record_runner_events(self, run_id: str, status: JobStatus) -> None:
         """Record what the runner reported: its startup event (bounded to the SPEC 2.11
@@ -460,6 +469,7 @@ class Dispatcher:
     async def cancel_job(self, run_id: str, runner_job_id: str) -> None:
         """Stop a runner job and record the run (and its session turn) as cancelled."""
         await self.driver.cancel(runner_job_id)
+        await self.protocol.end(runner_job_id, JobState.CANCELLED)
         await self.writer.execute(FinishRun(run_id, RunEnd(RunStatus.CANCELLED)), ACTOR)
         session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:

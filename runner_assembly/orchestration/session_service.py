@@ -8,6 +8,7 @@ keeps its run base on the run record.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from datetime import UTC, datetime
@@ -66,6 +67,7 @@ class SessionService:
         self.pool = dispatcher.pool
         self.writer = dispatcher.writer
         self.driver = dispatcher.driver
+        self.protocol = dispatcher.protocol
 
     async def create(self, request: NewSession) -> str:
         """Create the session, its volume and its run (or find it); its id."""
@@ -149,6 +151,9 @@ class SessionService:
             row = JobIdentity(runner_job_id=ids.runner_job_id, run_id=command.run_id,
                               session_id=session_id, backend_profile=run.backend_profile)
             spec = self.dispatcher.job_spec(facts, row, plan, command.transient_env, thread)
+            spec = dataclasses.replace(spec, runner_token=await self.protocol.issue(
+                ids.runner_job_id, session_id=session_id, run_id=command.run_id,
+                task_id=run.task_id, attempt_id=run.attempt_id))
             if volume:
                 await self.driver.ensure_volume(self.turns.volume(session_id,
                                                                   run.conversation_id))
@@ -167,14 +172,15 @@ class SessionService:
         return {**view, "created": True}
 
     async def sync(self, session_id: str) -> None:
-        """Take in the output and trace of the session's running turns; finish ended ones."""
+        """Finish the session's turns whose runner reported its exit (or was lost)."""
         for turn in await oq.active_turns(self.pool, session_id):
             job = turn.runner_job_id
-            status = await self.driver.status(job)
+            if not await self.turns.started(session_id, job):
+                continue  # reserved: its job is being created
+            status = await self.protocol.status(job)
             if status.terminal:
                 await self.turns.finish(session_id, job, status)
-            else:
-                await self.turns.take_in(session_id, job, final=False)
+                await self.protocol.end(job, str(status.state))
 
     async def sync_running(self) -> None:
         """Follow every running session once (the background loop)."""
@@ -189,6 +195,7 @@ class SessionService:
         await self.writer.execute(CancelSession(session_id, reason), ACTOR)
         for turn in await oq.active_turns(self.pool, session_id):
             await self.driver.cancel(turn.runner_job_id)
+            await self.protocol.end(turn.runner_job_id, JobState.CANCELLED)
             await self.turns.finish(session_id, turn.runner_job_id, JobStatus(
                 JobState.CANCELLED, failure_kind=FailureKind.RUNNER_CANCELLED,
                 failure_message="cancelled through session control"))
@@ -219,11 +226,8 @@ class SessionService:
             raise InvalidTransition(f"session {session_id} has no volume "
                                     f"(storage {row.storage_kind})", sessionId=session_id)
         if summary is None:
-            latest = await oq.latest_turn_job(self.pool, session_id)
-            summary = await self.driver.storage_summary(latest) if latest else None
-            if summary is None:
-                raise InvalidTransition("no runner has written a volume summary for this "
-                                        "session yet", sessionId=session_id)
+            raise InvalidTransition("post the volume summary a runner wrote (the manager "
+                                    "reads no job files)", sessionId=session_id)
         await self.turns.refresh_storage(session_id, summary)
 
     async def gc(self, now: datetime | None = None) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from ledger import session_lines, store
+from ledger import store
 from ledger.database import DbConnection, advisory_lock
 from ledger.events import TurnEnd, TurnFacts, VolumeSummary
 from ledger.session import (
@@ -184,22 +184,9 @@ class SessionTurns:
             runner_job_id, TurnStatus.FAILED, failure_kind=failure_kind,
             failure_message=failure_message)), ACTOR)
 
-    async def take_in(self, session_id: str, runner_job_id: str, *, final: bool) -> None:
-        """Append the job's new output and trace lines to the session."""
-        for channel in session_lines.CHANNELS:
-            async def read(offset: int, channel: str = channel) -> tuple[bytes, bool]:
-                return await self.driver.read_channel(runner_job_id, channel, offset)
-
-            async with self.pool.acquire() as conn:
-                await session_lines.take_in(conn, session_id, runner_job_id, channel, read,
-                                            final=final)
-
     async def finish(self, session_id: str, runner_job_id: str, status: JobStatus) -> None:
-        """Take in the rest of the job's lines, record the end and the volume summary."""
-        await self.take_in(session_id, runner_job_id, final=True)
-        summary = await self.driver.storage_summary(runner_job_id)
-        if summary is not None:
-            await self.refresh_storage(session_id, summary)
+        """Record the end of the job's turn (its lines and volume summary came from its
+        runner through the runner protocol)."""
         await self.writer.execute(FinishTurn(session_id, TurnEnd(
             runner_job_id, turn_status_of(status.state), status.thread_id,
             status.failure_kind, status.failure_message, status.exit_code)), ACTOR)

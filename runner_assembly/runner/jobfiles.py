@@ -22,3 +22,12 @@ def write_json_atomically(path: Path, value: object) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     temporary.write_text(json.dumps(value))  # a name of its own: two writers never collide
     os.replace(temporary, path)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by the owner only, atomically (a reader never sees it half)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+    os.replace(temporary, path)

@@ -2,15 +2,19 @@
 
     python -m runner_assembly.runner.local <job-dir> --secret-root <dir> [--bwrap <path>]
 
-Runs the runner's assembly steps (:mod:`runner_assembly.runner.assemble`), writes the bounded
-assembly event to ``assembly.json``, runs the backend command in the workspace with the
-prompt on standard input and an explicit environment, and reports the terminal status in
-``status.json``. Before anything else it writes its startup event (the work-ready
-capability summary, :mod:`runner_assembly.runner.startup`) to ``startup.json``. The session
-volume (a directory) is linked at ``${BACKEND_HOME}/<rollout_subdir>``; after the backend
-the runner writes the volume summary to ``storage.json``. Runner events go to
-``trace.jsonl``. Secret values are copied, never printed: every line the job writes out is
-masked by value first (:mod:`runner_assembly.runner.masking`).
+Everything it tells the manager goes through the runner protocol
+(:mod:`runner_assembly.runner.manager_client`, base URL ``SVC_RUNNER_API_URL``, the job's
+token in ``runner.token``): it first claims the job's start, sending its startup event (the
+work-ready capability summary, :mod:`runner_assembly.runner.startup`), and exits at once when
+another runner has it; then it heartbeats every ``SVC_RUNNER_HEARTBEAT_S``, runs the runner's
+assembly steps (:mod:`runner_assembly.runner.assemble`), sends the bounded assembly event,
+runs the backend command in the workspace with the prompt on standard input and an explicit
+environment, sends the thread, the volume summary and its exit (with the backend's start and
+end times). Output and runner events are written to scratch files of its own
+(``stdout.log``, ``trace.jsonl``) that the shipper sends in numbered batches. The session
+volume (a directory) is linked at ``${BACKEND_HOME}/<rollout_subdir>``. Secret values are
+copied, never printed: every line the job sends is masked by value first
+(:mod:`runner_assembly.runner.masking`).
 The secret root comes as an argument, never in ``spec.json``; with ``--bwrap`` the backend
 runs in the job's sandbox (:mod:`runner_assembly.runner.sandbox`).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,21 +33,17 @@ from pathlib import Path
 
 from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
-from runner_assembly.assembly.names import (
-    ASSEMBLY_FILE,
-    CHANNEL_FILES,
-    JOB_SECRET_DIR,
-    STARTUP_FILE,
-    STORAGE_FILE,
-)
+from runner_assembly.assembly.names import CHANNEL_FILES, JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.runner.assemble import Assembler
-from runner_assembly.runner.jobfiles import write_json_atomically
+from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout, local_layout
+from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 from runner_assembly.runner.masking import Masker, Relays
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume, summarize
+from runner_assembly.runner.shipping import Heartbeats, Shipper
 from runner_assembly.runner.startup import startup_event
 
 BLOCKER_FILE = ".svc-blocker"
@@ -61,18 +62,16 @@ def trace(folder: Path, kind: str, **fields: object) -> None:
 
 
 def now() -> str:
-    """This moment in ISO 8601 UTC: how the status report times the backend."""
+    """This moment in ISO 8601 UTC: how the exit report times the backend."""
     return datetime.now(UTC).isoformat()
 
 
-def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, object]:
+def run(folder: Path, secret_root: Path, client: ManagerClient,
+        bwrap: str | None = None) -> dict[str, object]:
     """Assemble the job in ``folder``, run its backend (under ``bwrap`` when given); return
-    the status report."""
+    the exit report."""
     spec = json.loads((folder / "spec.json").read_text())
     plan = spec["plan"]
-    startup = startup_event(plan)
-    write_json_atomically(folder / STARTUP_FILE, startup)
-    trace(folder, "runner-started", capability=startup)
     volume = plan["sessionVolume"] or {}
     layout = local_layout(folder, plan["workspaceKey"], volume.get("rolloutSubdir", "sessions"),
                           spec.get("workspace_root"))
@@ -90,7 +89,7 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
                 "failureKind": failure.kind, "failureMessage": failure.message,
                 "startedAt": runner_started, "finishedAt": now()}
     finally:
-        write_json_atomically(folder / ASSEMBLY_FILE, assembler.bounded_event())
+        client.assembly(MASKER.mask_json(assembler.bounded_event()))
     trace(folder, "assembled", steps=assembler.event["steps"])
     (folder / "prompt.txt").write_text(launch.stdin)
     try:
@@ -121,11 +120,12 @@ def run(folder: Path, secret_root: Path, bwrap: str | None = None) -> dict[str, 
         return _spawn_failed(folder, spawn_failure(error, spec["backend_command"],
                                                    layout.workspace))
     report = {**_outcome(layout, code), "startedAt": started, "finishedAt": finished}
-    report["threadId"] = _thread(layout, spec.get("thread_id"))
-    trace(folder, "backend-exit", exitCode=code, threadId=report["threadId"],
-          state=report["state"])
+    thread_id = _thread(layout, spec.get("thread_id"))
+    trace(folder, "backend-exit", exitCode=code, threadId=thread_id, state=report["state"])
+    if thread_id:
+        client.thread(thread_id, "resume" if spec.get("thread_id") else "start")
     if spec.get("volume_dir"):
-        write_json_atomically(folder / STORAGE_FILE, summarize(Path(spec["volume_dir"]), volume))
+        client.storage(spec["session_id"], summarize(Path(spec["volume_dir"]), volume))
     return report
 
 
@@ -164,15 +164,38 @@ def main() -> int:
     parser.add_argument("--bwrap", default=None)
     args = parser.parse_args()
     folder: Path = args.folder
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(143))
+    spec = json.loads((folder / "spec.json").read_text())
+    token = (folder / TOKEN_FILE).read_text().strip()
+    MASKER.add(token)
+    client = ManagerClient(os.environ["SVC_RUNNER_API_URL"], spec["runner_job_id"], token)
+    startup = startup_event(spec["plan"])
+    try:
+        if not client.claim(secrets.token_hex(8), startup):
+            print("another runner claimed this job's start: exiting without starting it",
+                  flush=True)
+            return 0
+        write_private(folder / "pid", str(os.getpid()))  # the driver follows the winner
+        trace(folder, "runner-started", capability=startup)
+        return _run_claimed(folder, args.secret_root, client, args.bwrap)
+    except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
+        print(str(refused), flush=True)
+        return 1
 
-    def on_term(signum: int, frame: object) -> None:
-        write_json_atomically(folder / "status.json", {"state": JobState.CANCELLED})
-        os._exit(143)
 
-    signal.signal(signal.SIGTERM, on_term)
-    report = MASKER.mask_json(run(folder, args.secret_root, args.bwrap))
-    if not (folder / "status.json").exists():
-        write_json_atomically(folder / "status.json", report)
+def _run_claimed(folder: Path, secret_root: Path, client: ManagerClient,
+                 bwrap: str | None) -> int:
+    """Run the claimed job with heartbeats and the line shipper; report its exit."""
+    beats = Heartbeats(client, float(os.environ.get("SVC_RUNNER_HEARTBEAT_S") or 10))
+    shipper = Shipper(client, {channel: folder / name for channel, name in CHANNEL_FILES.items()})
+    try:
+        report = MASKER.mask_json(run(folder, secret_root, client, bwrap))
+    finally:
+        beats.stop()
+    shipper.finish()
+    client.exit({key: value for key, value in report.items()
+                 if key in ("state", "exitCode", "failureKind", "failureMessage", "startedAt",
+                            "finishedAt")})
     return 0
 
 

@@ -1,0 +1,202 @@
+"""The manager's side of the runner protocol (DESIGN 9): tokens, reports, the lease.
+
+A runner job's bearer token is random, issued when its job is (re)created, handed to the
+driver for the per-job secret and recorded in the ledger as a sha256 only. Everything a
+runner reports goes through the ledger (the runner-job stream; the storage summary on the
+session stream; lines into the session line store by numbered batch). The job's status for
+refresh comes from these reports; the driver only says whether the job is still there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from ledger import session_lines
+from ledger.errors import InvalidTransition, Unauthorized
+from ledger.events import JobExit
+from ledger.runner_job import (
+    ClaimJob,
+    EndJob,
+    Heartbeat,
+    IssueJobToken,
+    ReportAssembly,
+    ReportExit,
+    ReportThread,
+    RunnerJobState,
+    authorize,
+)
+from ledger.states import FailureKind, JobState
+from ledger.streams import RUNNER_JOB_STREAM
+from ledger.writer import LedgerWriter
+from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
+from runner_assembly.orchestration.session_turns import folded
+
+ACTOR = "runner"
+MANAGER = "dispatcher"
+
+
+def token_hash(token: str) -> str:
+    """The only form in which a runner token is stored."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def job_of_token(token: str) -> str:
+    """The runner job a token names (refused when it names none)."""
+    runner_job_id, dot, rest = token.partition(".")
+    if not dot or not runner_job_id or not rest:
+        raise Unauthorized("runner token refused")
+    return runner_job_id
+
+
+def now_text() -> str:
+    """The server's clock as stored in runner-job events."""
+    return datetime.now(UTC).isoformat()
+
+
+class RunnerProtocol:
+    """Receives what runners report; answers a job's status from those reports."""
+
+    def __init__(self, pool: asyncpg.Pool, writer: LedgerWriter, driver: RunnerDriver,
+                 lease_s: float) -> None:
+        self.pool = pool
+        self.writer = writer
+        self.driver = driver
+        self.lease = timedelta(seconds=lease_s)
+
+    async def job(self, runner_job_id: str) -> RunnerJobState | None:
+        """The runner job's state, folded from its ledger stream."""
+        state: RunnerJobState | None = await folded(self.pool, RUNNER_JOB_STREAM,
+                                                    runner_job_id)
+        return state
+
+    async def issue(self, runner_job_id: str, *, session_id: str, run_id: str,
+                    task_id: str = "", attempt_id: str = "") -> str:
+        """A new random token for the job, its hash recorded before anyone can hold it.
+
+        The token names its job (``<runnerJobId>.<random>``) so a request carrying it says
+        which job it speaks for; the hash covers the whole token."""
+        token = f"{runner_job_id}.{secrets.token_urlsafe(32)}"
+        await self.writer.execute(IssueJobToken(
+            runner_job_id, session_id=session_id, run_id=run_id,
+            token_sha256=token_hash(token), at=now_text(), task_id=task_id,
+            attempt_id=attempt_id), MANAGER)
+        return token
+
+    async def claim(self, runner_job_id: str, token: str, claimant: str,
+                    startup: dict[str, object] | None = None) -> bool:
+        """Claim the job's start: True for the first claimant (and its resent claim)."""
+        outcome = await self.writer.execute(
+            ClaimJob(runner_job_id, token_hash(token), claimant, now_text(), startup), ACTOR)
+        state: RunnerJobState = outcome.state
+        return state.claimant == claimant
+
+    async def heartbeat(self, runner_job_id: str, token: str) -> None:
+        """Renew the job's lease."""
+        await self.writer.execute(Heartbeat(runner_job_id, token_hash(token), now_text()),
+                                  ACTOR)
+
+    async def assembly(self, runner_job_id: str, token: str,
+                       assembly: dict[str, object]) -> None:
+        """Record the bounded assembly event."""
+        await self.writer.execute(ReportAssembly(runner_job_id, token_hash(token), assembly),
+                                  ACTOR)
+
+    async def thread(self, runner_job_id: str, token: str, thread_id: str, mode: str) -> None:
+        """Record the thread the backend started or resumed."""
+        await self.writer.execute(ReportThread(runner_job_id, token_hash(token), thread_id,
+                                               mode), ACTOR)
+
+    async def exit(self, runner_job_id: str, token: str, report: JobExit) -> RunnerJobState:
+        """Record the runner's exit; the job's state after it."""
+        outcome = await self.writer.execute(ReportExit(runner_job_id, token_hash(token), report),
+                                            ACTOR)
+        state: RunnerJobState = outcome.state
+        return state
+
+    async def lines(self, runner_job_id: str, token: str, channel: str, seq: int,
+                    lines: list[str]) -> bool:
+        """Append one numbered batch of lines to the job's session; False for a resent one."""
+        job = await self.authorized(runner_job_id, token, claimed=True)
+        async with self.pool.acquire() as conn:
+            return await session_lines.append_batch(conn, job.session_id, runner_job_id,
+                                                    channel, seq, lines)
+
+    async def authorized(self, runner_job_id: str, token: str, *,
+                         claimed: bool = False) -> RunnerJobState:
+        """The job's state if ``token`` is one of its live tokens (and it was claimed)."""
+        job = authorize(await self.job(runner_job_id), token_hash(token))
+        if claimed and job.claimant is None:
+            raise InvalidTransition("claim the job's start first", runnerJobId=runner_job_id)
+        return job
+
+    async def session_job(self, session_id: str, token: str) -> RunnerJobState:
+        """The job ``token`` belongs to, if it is live and runs a turn of ``session_id``."""
+        job = await self.authorized(job_of_token(token), token)
+        if job.session_id != session_id:
+            raise Unauthorized("runner token refused: its job runs another session")
+        return job
+
+    async def end(self, runner_job_id: str, reason: str) -> None:
+        """Close the job: its tokens are refused from now on."""
+        await self.writer.execute(EndJob(runner_job_id, reason), MANAGER)
+
+    async def status(self, runner_job_id: str, *, stop_lost: bool = True,
+                     now: datetime | None = None) -> JobStatus:
+        """The job's status from its runner's reports; the driver only as a fallback.
+
+        Without an exit report: a job whose lease expired is ``runner-lost`` (with
+        ``stop_lost`` its driver job is stopped); one the driver says has ended is what the
+        driver saw of it.
+        """
+        job = await self.job(runner_job_id)
+        if job is None:  # created before the runner protocol: only the driver knows
+            return await self.driver.status(runner_job_id)
+        if job.exit is not None:
+            return _reported(job)
+        moment = now or datetime.now(UTC)
+        if job.last_seen and moment - datetime.fromisoformat(job.last_seen) > self.lease:
+            if stop_lost:
+                await self.driver.cancel(runner_job_id)
+            return _lost(job, "the runner's lease expired: no heartbeat for "
+                              f"{int(self.lease.total_seconds())} s")
+        there = await self.driver.status(runner_job_id)
+        if not there.terminal:
+            return JobStatus(JobState.RUNNING, assembly=job.assembly, thread_id=job.thread_id,
+                             startup=job.startup)
+        job = await self.job(runner_job_id) or job  # it may have reported meanwhile
+        if job.exit is not None:
+            return _reported(job)
+        # The fallback when a runner dies before it reports: what the driver saw (pod status
+        # and termination message; a local process gone: runner-lost).
+        return dataclasses.replace(there, assembly=there.assembly or job.assembly,
+                                   thread_id=there.thread_id or job.thread_id,
+                                   startup=there.startup or job.startup)
+
+
+def _reported(job: RunnerJobState) -> JobStatus:
+    assert job.exit is not None
+    try:
+        state = JobState(job.exit.state)
+    except ValueError:
+        state = JobState.FAILED
+    if state == JobState.RUNNING:
+        state = JobState.FAILED
+    return JobStatus(state, job.exit.exit_code, job.exit.failure_kind,
+                     job.exit.failure_message, job.assembly, job.thread_id,
+                     startup=job.startup, started_at=_moment(job.exit.started_at),
+                     finished_at=_moment(job.exit.finished_at))
+
+
+def _moment(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _lost(job: RunnerJobState, message: str) -> JobStatus:
+    return JobStatus(JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
+                     failure_message=message, assembly=job.assembly, thread_id=job.thread_id,
+                     startup=job.startup)

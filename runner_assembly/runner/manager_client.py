@@ -1,0 +1,102 @@
+"""The runner's side of the runner protocol: one HTTP client to the manager (DESIGN 9).
+
+The same program talks to the local API (local driver) or the manager's Service (pod). Every
+request carries the job's bearer token; transient failures (no connection, 5xx) are retried
+with the same body, which the manager accepts once (claims by claimant, lines by ``seq``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+RETRY_FOR_S = 120.0
+"""How long a report is retried while the manager cannot be reached (a restart)."""
+TIMEOUT_S = 30.0
+
+
+class ManagerRefused(Exception):
+    """The manager refused a report (4xx): e.g. the token of an ended job."""
+
+    def __init__(self, status: int, code: str) -> None:
+        super().__init__(f"manager refused the report: HTTP {status} {code}")
+        self.status = status
+        self.code = code
+
+
+class ManagerClient:
+    """Reports of one runner job to the manager."""
+
+    def __init__(self, base_url: str, runner_job_id: str, token: str,
+                 retry_for_s: float = RETRY_FOR_S) -> None:
+        self.base = base_url.rstrip("/")
+        self.job = runner_job_id
+        self.token = token
+        self.retry_for_s = retry_for_s
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
+        data = json.dumps(body).encode()
+        deadline = time.monotonic() + self.retry_for_s
+        pause = 0.1
+        while True:
+            request = urllib.request.Request(
+                self.base + path, data=data, method="POST",
+                headers={"Authorization": f"Bearer {self.token}",
+                         "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+                    text = answer.read()
+                    value = json.loads(text) if text else {}
+                    return value if isinstance(value, dict) else {}
+            except urllib.error.HTTPError as error:
+                if error.code < 500:
+                    raise ManagerRefused(error.code, _code(error.read())) from None
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise ManagerRefused(0, "manager-unreachable")
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    def _job(self, message: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.post(f"/api/v1/runner/jobs/{self.job}/{message}", body)
+
+    def claim(self, claimant: str, startup: dict[str, Any] | None = None) -> bool:
+        """Claim the job's start, with this runner's startup event; False: another runner
+        has it, exit without starting."""
+        return bool(self._job("claim", {"claimant": claimant, "startup": startup}).get("start"))
+
+    def heartbeat(self) -> None:
+        """Renew the job's lease."""
+        self._job("heartbeat", {})
+
+    def lines(self, channel: str, seq: int, lines: list[str]) -> None:
+        """Send batch number ``seq`` of a channel's lines."""
+        self._job("lines", {"channel": channel, "seq": seq, "lines": lines})
+
+    def assembly(self, event: dict[str, Any]) -> None:
+        """Send the bounded assembly event."""
+        self._job("assembly", {"assembly": event})
+
+    def thread(self, thread_id: str, mode: str) -> None:
+        """Report the thread the backend started or resumed."""
+        self._job("thread", {"threadId": thread_id, "mode": mode})
+
+    def storage(self, session_id: str, summary: dict[str, Any]) -> None:
+        """Write the session volume summary back (SPEC 4.2)."""
+        self.post(f"/api/v1/sessions/{session_id}/storage/refresh", summary)
+
+    def exit(self, report: dict[str, Any]) -> None:
+        """Report how the job ended."""
+        self._job("exit", report)
+
+
+def _code(body: bytes) -> str:
+    try:
+        return str(json.loads(body)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return "refused"
