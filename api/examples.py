@@ -36,3 +36,13 @@ MANIFEST: dict[str, Any] = {
                   "healthPath": "/api/v1/health", "replicas": 2}],
     "createdAt": "2026-11-22T00:00:00Z",
 }
+RUNNER_CLAIM: dict[str, Any] = {
+    "claimant": "a1b2c3d4", "startup": {"version": "0.1.0", "tools": [
+        {"name": "git", "version": "2.39.5"}], "valuesPrinted": False}}
+RUNNER_LINES: dict[str, Any] = {"channel": "output", "seq": 1, "lines": ["hello"]}
+RUNNER_ASSEMBLY: dict[str, Any] = {"assembly": {"steps": ["project-profile-secret"]}}
+RUNNER_THREAD: dict[str, Any] = {"threadId": "thr_1", "mode": "start"}
+RUNNER_HEARTBEAT: dict[str, Any] = {}
+RUNNER_EXIT: dict[str, Any] = {
+    "state": "completed", "exitCode": 0, "startedAt": "2026-11-23T10:00:00Z",
+    "finishedAt": "2026-11-23T10:00:02Z"}

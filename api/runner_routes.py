@@ -12,9 +12,11 @@ from litestar import Controller, post
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK
 
+from api import examples
 from api import runner_wire as rw
 from api.body import decode_runner_body
 from api.errors import error_responses
+from api.openapi import body
 from api.params import HttpRequest, RunnerDep, SessionId
 from api.runner_service import bearer
 
@@ -23,8 +25,8 @@ RUNNER_ERRORS: dict[int, ResponseSpec] = error_responses(400, 401, 409, 413, 503
 
 
 async def _read(request: HttpRequest, kind: type[T], empty_ok: bool = False) -> tuple[str, T]:
-    token = bearer(request.headers.get("authorization"))
-    return token, decode_runner_body(await request.body(), kind, empty_ok=empty_ok)
+    body = decode_runner_body(await request.body(), kind, empty_ok=empty_ok)
+    return bearer(request.headers.get("authorization")), body
 
 
 class RunnerController(Controller):
@@ -33,42 +35,48 @@ class RunnerController(Controller):
     path = "/api/v1/runner/jobs/{runner_job_id:str}"
     tags = ("runner",)
 
-    @post("/claim", status_code=HTTP_200_OK, responses=RUNNER_ERRORS)
+    @post("/claim", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
+          opt=body(rw.ClaimBody, examples.RUNNER_CLAIM))
     async def claim(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.ClaimAnswer:
         """Claim the job's start: ``start`` is true for the first claimant only."""
         token, body = await _read(request, rw.ClaimBody)
         return await runner_api.claim(runner_job_id, token, body)
 
-    @post("/lines", status_code=HTTP_200_OK, responses=RUNNER_ERRORS)
+    @post("/lines", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
+          opt=body(rw.LinesBody, examples.RUNNER_LINES))
     async def lines(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.Ack:
         """Output or trace lines, batch ``seq``; a resent batch is accepted once."""
         token, body = await _read(request, rw.LinesBody)
         return await runner_api.lines(runner_job_id, token, body)
 
-    @post("/assembly", status_code=HTTP_200_OK, responses=RUNNER_ERRORS)
+    @post("/assembly", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
+          opt=body(rw.AssemblyBody, examples.RUNNER_ASSEMBLY))
     async def assembly(self, request: HttpRequest, runner_api: RunnerDep,
                        runner_job_id: SessionId) -> rw.Ack:
         """The bounded assembly event (recorded once)."""
         token, body = await _read(request, rw.AssemblyBody)
         return await runner_api.assembly(runner_job_id, token, body)
 
-    @post("/thread", status_code=HTTP_200_OK, responses=RUNNER_ERRORS)
+    @post("/thread", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
+          opt=body(rw.ThreadBody, examples.RUNNER_THREAD))
     async def thread(self, request: HttpRequest, runner_api: RunnerDep,
                      runner_job_id: SessionId) -> rw.Ack:
         """The thread the backend started or resumed."""
         token, body = await _read(request, rw.ThreadBody)
         return await runner_api.thread(runner_job_id, token, body)
 
-    @post("/heartbeat", status_code=HTTP_200_OK, responses=RUNNER_ERRORS)
+    @post("/heartbeat", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
+          opt=body(rw.HeartbeatBody, examples.RUNNER_HEARTBEAT, required=False))
     async def heartbeat(self, request: HttpRequest, runner_api: RunnerDep,
                         runner_job_id: SessionId) -> rw.HeartbeatAnswer:
         """Renew the job's lease (``SVC_RUNNER_LEASE_S``)."""
         token, _ = await _read(request, rw.HeartbeatBody, empty_ok=True)
         return await runner_api.heartbeat(runner_job_id, token)
 
-    @post("/exit", status_code=HTTP_200_OK, responses=RUNNER_ERRORS)
+    @post("/exit", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
+          opt=body(rw.ExitBody, examples.RUNNER_EXIT))
     async def exit(self, request: HttpRequest, runner_api: RunnerDep,
                    runner_job_id: SessionId) -> rw.Ack:
         """How the job ended: state, exit code, failure kind and message."""

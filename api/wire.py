@@ -56,6 +56,13 @@ class TaskReference(Camel, frozen=True, omit_defaults=True):
             raise ValueError("a reference needs a url or an id")
 
 
+URL_OR_ID_SCHEMA = {"anyOf": [
+    {"required": ["url"], "properties": {"url": {"type": "string"}}},
+    {"required": ["id"], "properties": {"id": {"type": "string"}}}]}
+"""A reference names a ``url`` or an ``id``, as the document says (decoding checks it)."""
+Reference = Annotated[TaskReference, Meta(extra_json_schema=URL_OR_ID_SCHEMA)]
+
+
 class SubmitBody(Camel, frozen=True):
     """Body of ``POST /api/v1/queue/tasks``."""
 
@@ -70,7 +77,7 @@ class SubmitBody(Camel, frozen=True):
     resource_bundle_ref: model.ResourceBundleRef | None = None
     session_ref: model.SessionRef | None = None
     execution_policy: model.ExecutionPolicy | None = None
-    references: Annotated[list[TaskReference], Meta(max_length=64)] | None = None
+    references: Annotated[list[Reference], Meta(max_length=64)] | None = None
     metadata: JsonObject | None = None
     provider_id: Identifier | None = None
     """The provider of the run policy (SPEC 2.7), carried into the runner job plan."""

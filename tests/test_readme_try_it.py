@@ -37,18 +37,18 @@ def try_it_commands() -> list[str]:
     return commands
 
 
-def wait_for_the_run(base: str, task_id: str, data: Path) -> str:
-    """What a reader does before ``refresh``: wait until the runner job has ended (the local
-    driver's job folder then holds ``status.json``); the run's id."""
+def wait_for_the_run(base: str, task_id: str) -> tuple[str, str]:
+    """What a reader does before ``refresh``: wait until the runner job has ended (its
+    session's output is no longer running: the runner reported its exit); the run's and the
+    attempt's ids."""
     task = httpx.get(f"{base}/api/v1/queue/tasks/{task_id}").json()
-    run_id = str(task["latestAttempt"]["runId"])
-    job = httpx.get(f"{base}/api/v1/runs/{run_id}/runner-job").json()
-    status = data / "jobs" / job["runnerJobId"] / "status.json"
+    latest = task["latestAttempt"]
+    output = f"{base}/api/v1/sessions/{latest['sessionId']}/output"
     deadline = time.monotonic() + 60
-    while not status.exists():
-        assert time.monotonic() < deadline, job
+    while httpx.get(output).json()["running"]:
+        assert time.monotonic() < deadline, task
         time.sleep(0.2)
-    return run_id
+    return str(latest["runId"]), str(latest["attemptId"])
 
 
 def test_the_block_has_the_commands_it_promises() -> None:
@@ -64,11 +64,12 @@ async def test_every_command_of_the_try_it_block_runs(database_url: str,
         env = {**os.environ, "SVC_API_URL": base, "SVC_DATABASE_URL": database_url,
                "SVC_DATA_DIR": str(tmp_path / "data"), "NO_COLOR": "1",
                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-        task_id = run_id = ""
+        task_id = run_id = attempt_id = ""
         for command in try_it_commands():
             if "svc queue refresh" in command:
-                run_id = wait_for_the_run(base, task_id, tmp_path / "data")
-            line = command.replace("tsk_…", task_id).replace("run_…", run_id)
+                run_id, attempt_id = wait_for_the_run(base, task_id)
+            line = (command.replace("tsk_…", task_id).replace("run_…", run_id)
+                    .replace("att_…", attempt_id))
             done = subprocess.run(["bash", "-c", line], env=env, cwd=tmp_path,
                                   capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, (line, done.stdout, done.stderr)
