@@ -307,10 +307,9 @@ class SessionRead(ReadUpTo, frozen=True, tag="session-read", tag_field="type"):
 SessionEvent = (SessionOpened | SessionTurnReserved | SessionTurnStarted | SessionTurnFinished
                 | SessionStorageRefreshed | SessionEvicted | SessionCancelled | SessionRead)
 
-class JobTokenIssued(msgspec.Struct, frozen=True, tag="job-token-issued", tag_field="type"):
-    """A runner job's bearer token was issued (its sha256 only; the value is never stored).
-
-    Every token issued for a job stays valid for that job until the job ends."""
+class JobToken(msgspec.Struct, frozen=True):
+    """A runner job's token as the ledger knows it (its sha256 only; the value is never
+    stored): the issue command and its event share it."""
 
     runner_job_id: str
     session_id: str
@@ -319,6 +318,11 @@ class JobTokenIssued(msgspec.Struct, frozen=True, tag="job-token-issued", tag_fi
     at: str
     task_id: str = ""
     attempt_id: str = ""
+
+
+class JobTokenIssued(JobToken, frozen=True, tag="job-token-issued", tag_field="type"):
+    """A runner job's bearer token was issued. Every token issued for a job stays valid for
+    that job until the job ends."""
 
 
 class JobClaimed(msgspec.Struct, frozen=True, tag="job-claimed", tag_field="type"):

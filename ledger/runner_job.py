@@ -24,15 +24,12 @@ class _OnJob(msgspec.Struct, frozen=True):
         return self.runner_job_id
 
 
-class IssueJobToken(_OnJob, frozen=True):
+class IssueJobToken(ev.JobToken, frozen=True):
     """Record a new token's hash for the job (before the driver delivers the token)."""
 
-    session_id: str
-    run_id: str
-    token_sha256: str
-    at: str
-    task_id: str = ""
-    attempt_id: str = ""
+    @property
+    def stream_id(self) -> str:
+        return self.runner_job_id
 
 
 class _FromRunner(_OnJob, frozen=True):
