@@ -113,6 +113,9 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
     summary = event.outcome + (f": {detail}" if detail else "")
     if concerns_latest:
         changed["last_duration_ms"] = _duration(row, entry)
+        began = ev.reported_time(event.started_at)
+        if began is not None:  # the attempt's start is the backend's, as attempt_summary's
+            changed["latest_started_at"] = began
     return msgspec.structs.replace(
         row, latest_attempt=_latest(row, event, failureKind=event.failure_kind,
                                     failureMessage=event.failure_message),

@@ -49,8 +49,21 @@ async def settle(client: Any, task_id: str, timeout: float = 30) -> dict[str, An
         assert response.status_code == 200, response.text
         task = dict(response.json())
         if task["state"] != "running" or time.monotonic() > deadline:
+            await _session_settled(client, task, deadline)
             return task
         await asyncio.sleep(0.1)
+
+
+async def _session_settled(client: Any, task: dict[str, Any], deadline: float) -> None:
+    """Wait until the task's session has no running turn: the runner's exit report (which
+    ends the turn) has been taken in, so nothing changes the ledger after this."""
+    session_id = (task.get("latestAttempt") or {}).get("sessionId")
+    while session_id and time.monotonic() < deadline + 10:
+        answer = await client.get(f"/api/v1/sessions/{session_id}/output",
+                                  params={"limit": 1})
+        if answer.status_code != 200 or not answer.json()["running"]:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def counts(url: str) -> dict[str, int]:

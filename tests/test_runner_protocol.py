@@ -241,7 +241,7 @@ async def test_gets_never_change_the_ledger_high_water_mark(
 async def test_a_lost_lease_ends_the_attempt_runner_lost_and_a_retry_keeps_the_session(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
-    settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.3, runner_lease_s=2.5)
+    settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.3, runner_lease_s=5.0)
     ref = {"sessionId": "ses_lease", "conversationId": "cnv_lease"}
     async with app_client(database_url, settings) as client:
         task_id = await submit(client, "sleep: 30", sessionRef=ref)
@@ -252,7 +252,7 @@ async def test_a_lost_lease_ends_the_attempt_runner_lost_and_a_retry_keeps_the_s
         assert alive["state"] == "running", "heartbeats keep the lease"
         runner_pid = int((job / "pid").read_text())
         os.kill(runner_pid, signal.SIGSTOP)  # a runner that hangs: no more heartbeats
-        await asyncio.sleep(3.5)
+        await asyncio.sleep(6)
         dry = (await client.post(f"{TASKS}/{task_id}/refresh?dryRun=true")).json()
         assert dry["mutation"] is False
         lost = (await client.post(f"{TASKS}/{task_id}/refresh")).json()
