@@ -3,13 +3,20 @@ through the ledger, shown with the attempts, replayable, and never a retry."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
 
+from runner_assembly.settings import RunnerSettings
 from tests.support import post_changing_nothing, replay_report, snapshot
-from tests.test_dispatch import TASKS, dispatch, run_task, submit
+from tests.test_dispatch import TASKS, dispatch, job_dirs, run_task, submit
 
 VERDICT = {"judge": "reviewer", "request": {"check": "the tests pass", "attempt": 0},
            "result": "fail", "failureKind": "tests-failed", "retrySuggested": True,
@@ -109,11 +116,37 @@ async def test_bad_verdicts_are_refused_and_change_nothing(
     assert response.json()["error"]["code"] == "invalid-request", case
 
 
+@contextlib.asynccontextmanager
+async def runner_paused(settings: RunnerSettings) -> AsyncIterator[None]:
+    """The only job's runner stopped (SIGSTOP): its reports (lines, heartbeats) cannot land
+    while a test compares the database before and after a refused request."""
+    deadline = time.monotonic() + 30
+    while not any((job / "pid").exists() for job in job_dirs(settings)):
+        assert time.monotonic() < deadline, "the runner never started"
+        await asyncio.sleep(0.05)
+    (job,) = job_dirs(settings)
+    group = int((job / "pid").read_text())
+    await asyncio.sleep(1.0)  # past its claim and first reports (the app serves meanwhile)
+    os.killpg(group, signal.SIGSTOP)
+    await asyncio.sleep(0.3)  # a report already in flight lands first
+    try:
+        yield
+    finally:
+        os.killpg(group, signal.SIGCONT)
+
+
 async def test_only_an_ended_attempt_of_the_task_is_judged(
-        client: Any, database_url: str) -> None:
+        client: Any, database_url: str, runner_settings: RunnerSettings) -> None:
     task_id = await submit(client, "sleep: 30")
     running = await dispatch(client, task_id)
     attempt_id = running["latestAttempt"]["attemptId"]
+    async with runner_paused(runner_settings):
+        await _refusals(client, database_url, task_id, attempt_id)
+    assert (await client.post(f"{TASKS}/{task_id}/cancel", json={})).status_code == 200
+    assert (await client.post(judge_url(task_id, attempt_id), json=VERDICT)).status_code == 201
+
+
+async def _refusals(client: Any, database_url: str, task_id: str, attempt_id: str) -> None:
     refused = await post_changing_nothing(client, database_url,
                                           judge_url(task_id, attempt_id), VERDICT, 409)
     assert refused.json()["error"]["code"] == "invalid-transition"
@@ -124,5 +157,3 @@ async def test_only_an_ended_attempt_of_the_task_is_judged(
     unknown_task = await post_changing_nothing(client, database_url,
                                                judge_url("tsk_nope", attempt_id), VERDICT, 404)
     assert unknown_task.json()["error"]["code"] == "not-found"
-    assert (await client.post(f"{TASKS}/{task_id}/cancel", json={})).status_code == 200
-    assert (await client.post(judge_url(task_id, attempt_id), json=VERDICT)).status_code == 201
