@@ -26,8 +26,6 @@ the job through its per-job secret and is never stored, so its shape is not refu
 
 class CredentialInRequest(DomainError):
     """A string in the request body holds a credential; send a secret reference instead."""
-
-    code = "credential-in-request"
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 

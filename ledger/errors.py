@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ledger.states import FailureKind
 
 
@@ -9,6 +11,12 @@ class DomainError(Exception):
     """A refusal with a stable ``code``; the API maps codes to HTTP statuses in one place."""
 
     code = "invalid-request"
+
+    def __init_subclass__(cls) -> None:
+        """A direct subclass that names no ``code`` takes its class name in kebab case."""
+        super().__init_subclass__()
+        if "code" not in cls.__dict__ and DomainError in cls.__bases__:
+            cls.code = re.sub(r"(?<!^)(?=[A-Z])", "-", cls.__name__).lower()
 
     def __init__(self, message: str | None = None, **details: object) -> None:
         self.message = message or (self.__doc__ or self.code).strip().splitlines()[0]
@@ -19,25 +27,17 @@ class DomainError(Exception):
 class InvalidRequest(DomainError):
     """The request is malformed or has fields of the wrong type."""
 
-    code = "invalid-request"
-
 
 class NotFound(DomainError):
     """No such resource."""
-
-    code = "not-found"
 
 
 class InvalidTransition(DomainError):
     """The command is not allowed in the task's current state."""
 
-    code = "invalid-transition"
-
 
 class StreamVersionConflict(DomainError):
     """Another writer appended to the stream first."""
-
-    code = "stream-version-conflict"
 
 
 class LedgerUnavailable(DomainError):
@@ -49,13 +49,9 @@ class LedgerUnavailable(DomainError):
 class TaskNotRetryable(DomainError):
     """Only failed or blocked tasks can be retried with a new key."""
 
-    code = "task-not-retryable"
-
 
 class IdempotencyConflict(DomainError):
     """This idempotency key was already used with a different reason (retry) or body (submit)."""
-
-    code = "idempotency-conflict"
 
 
 class SessionStoreEvicted(DomainError):
@@ -75,17 +71,11 @@ class Refused(DomainError):
 class LedgerCorrupt(DomainError):
     """A ledger entry cannot be decoded: the stream it belongs to cannot be folded."""
 
-    code = "ledger-corrupt"
-
 
 class CommitUnknown(DomainError):
     """The connection was lost while committing: the change may or may not be stored.
     Retry with the same idempotency key."""
 
-    code = "commit-unknown"
-
 
 class Unauthorized(DomainError):
     """The runner token is missing, unknown, of another job, or its job has ended."""
-
-    code = "unauthorized"

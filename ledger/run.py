@@ -9,26 +9,22 @@ from __future__ import annotations
 import msgspec
 
 from ledger import events as ev
+from ledger.addressed import Addressed
 from ledger.errors import NotFound
 from ledger.states import RunStatus
 
 STREAM_TYPE = "run"
 
 
-class _OnRun(msgspec.Struct, frozen=True):
+class _OnRun(msgspec.Struct, Addressed, frozen=True):
+    stream_key = "run_id"
     run_id: str
 
-    @property
-    def stream_id(self) -> str:
-        return self.run_id
 
-
-class CreateRun(ev.NewRun, frozen=True):
+class CreateRun(ev.NewRun, Addressed, frozen=True):
     """Create the core run, command and runner-job identity of an attempt (once)."""
 
-    @property
-    def stream_id(self) -> str:
-        return self.run_id
+    stream_key = "run_id"
 
 
 class RecordRunnerJob(_OnRun, frozen=True):

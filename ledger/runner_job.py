@@ -11,25 +11,21 @@ from __future__ import annotations
 import msgspec
 
 from ledger import events as ev
+from ledger.addressed import Addressed
 from ledger.errors import InvalidTransition, Unauthorized
 
 STREAM_TYPE = "runner-job"
 
 
-class _OnJob(msgspec.Struct, frozen=True):
+class _OnJob(msgspec.Struct, Addressed, frozen=True):
+    stream_key = "runner_job_id"
     runner_job_id: str
 
-    @property
-    def stream_id(self) -> str:
-        return self.runner_job_id
 
-
-class IssueJobToken(ev.JobToken, frozen=True):
+class IssueJobToken(ev.JobToken, Addressed, frozen=True):
     """Record a new token's hash for the job (before the driver delivers the token)."""
 
-    @property
-    def stream_id(self) -> str:
-        return self.runner_job_id
+    stream_key = "runner_job_id"
 
 
 class _FromRunner(_OnJob, frozen=True):

@@ -10,26 +10,22 @@ from __future__ import annotations
 import msgspec
 
 from ledger import events as ev
+from ledger.addressed import Addressed
 from ledger.errors import InvalidTransition, NotFound, SessionStoreEvicted
 from ledger.states import ACTIVE_TURNS, StorageKind, TurnStatus
 
 STREAM_TYPE = "session"
 
 
-class _OnSession(msgspec.Struct, frozen=True):
+class _OnSession(msgspec.Struct, Addressed, frozen=True):
+    stream_key = "session_id"
     session_id: str
 
-    @property
-    def stream_id(self) -> str:
-        return self.session_id
 
-
-class OpenSession(ev.SessionFacts, frozen=True):
+class OpenSession(ev.SessionFacts, Addressed, frozen=True):
     """Create the session, or find it (same profile only)."""
 
-    @property
-    def stream_id(self) -> str:
-        return self.session_id
+    stream_key = "session_id"
 
 
 class ReserveTurn(_OnSession, frozen=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from types import ModuleType
 from typing import Any, Protocol
 
 import msgspec
@@ -48,33 +49,16 @@ class RecordedEntry(msgspec.Struct, frozen=True):
     recorded_at: datetime
 
 
-TASK_STREAM = StreamKind(
-    stream_type=task.STREAM_TYPE,
-    decode=task_event_decoder.decode,
-    decide=task.decide,
-    evolve=task.evolve,
-)
+def _kind(module: ModuleType, decode: Callable[[str], LedgerEvent]) -> StreamKind:
+    """The stream kind of a ledger module (``STREAM_TYPE``, ``decide``, ``evolve``)."""
+    return StreamKind(stream_type=module.STREAM_TYPE, decode=decode, decide=module.decide,
+                      evolve=module.evolve)
 
-RUN_STREAM = StreamKind(
-    stream_type=run.STREAM_TYPE,
-    decode=run_event_decoder.decode,
-    decide=run.decide,
-    evolve=run.evolve,
-)
 
-SESSION_STREAM = StreamKind(
-    stream_type=session.STREAM_TYPE,
-    decode=session_event_decoder.decode,
-    decide=session.decide,
-    evolve=session.evolve,
-)
-
-RUNNER_JOB_STREAM = StreamKind(
-    stream_type=runner_job.STREAM_TYPE,
-    decode=runner_job_event_decoder.decode,
-    decide=runner_job.decide,
-    evolve=runner_job.evolve,
-)
+TASK_STREAM = _kind(task, task_event_decoder.decode)
+RUN_STREAM = _kind(run, run_event_decoder.decode)
+SESSION_STREAM = _kind(session, session_event_decoder.decode)
+RUNNER_JOB_STREAM = _kind(runner_job, runner_job_event_decoder.decode)
 
 COMMAND_STREAMS: dict[type[Command], StreamKind] = {
     **{kind: TASK_STREAM for kind in task.TaskCommand.__args__},

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from ledger.addressed import Addressed
 from ledger.errors import IdempotencyConflict, InvalidTransition, NotFound, TaskNotRetryable
 from ledger.events import (
     TASK_CHANGING_EVENTS,
@@ -32,8 +33,10 @@ RETRYABLE = frozenset({TaskStatus.FAILED, TaskStatus.BLOCKED})
 OUTCOMES = frozenset({AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStatus.BLOCKED})
 
 
-class SubmitTask(NewTask, frozen=True):
+class SubmitTask(NewTask, Addressed, frozen=True):
     """Create a task from a validated, redacted contract."""
+
+    stream_key = "task_id"
 
     @property
     def creates_stream(self) -> bool:
@@ -41,17 +44,10 @@ class SubmitTask(NewTask, frozen=True):
         derived from an idempotency key may name a task submitted before."""
         return self.idempotency_key is None
 
-    @property
-    def stream_id(self) -> str:
-        return self.task_id
 
-
-class _OnTask(msgspec.Struct, frozen=True):
+class _OnTask(msgspec.Struct, Addressed, frozen=True):
+    stream_key = "task_id"
     task_id: str
-
-    @property
-    def stream_id(self) -> str:
-        return self.task_id
 
 
 class CancelTask(_OnTask, frozen=True):
