@@ -8,7 +8,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from api import examples, wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
-from api.openapi import also_ok, body
+from api.openapi import also_ok, body, command
 from api.params import AttemptId, DryRunFlag, HttpRequest, Limit, QueueDep, RetryCursor, TaskId
 from runner_assembly.assembly import model
 
@@ -19,8 +19,7 @@ class AttemptController(Controller):
     path = "/api/v1/queue/tasks/{task_id:str}"
     tags = ("queue",)
 
-    @post("/dispatch", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(wire.DispatchBody, examples.DISPATCH, required=False))
+    @command("/dispatch", wire.DispatchBody, examples.DISPATCH, WRITE_ERRORS, required=False)
     async def dispatch(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
@@ -50,8 +49,7 @@ class AttemptController(Controller):
         body = await read_body(request, wire.JudgeBody)
         return await queue_api.judge(task_id, attempt_id, body, dry_run)
 
-    @post("/retry", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(wire.RetryBody, examples.RETRY))
+    @command("/retry", wire.RetryBody, examples.RETRY, WRITE_ERRORS)
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                     dry_run: DryRunFlag = False) -> Response[wire.Attempt | wire.DryRun]:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6).

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from litestar import Litestar
+from litestar import Litestar, post
 from litestar.enums import ParamType
 from litestar.handlers import HTTPRouteHandler
+from litestar.openapi import ResponseSpec
 from litestar.params import ParameterKwarg
 from litestar.routes import HTTPRoute
+from litestar.status_codes import HTTP_200_OK
 
 REF_TEMPLATE = "#/components/schemas/{name}"
 NO_NUL = "^[^\\u0000]*$"
@@ -58,6 +60,13 @@ def body(kind: type[Any], example: Any, *, required: bool = True, description: s
     """``opt`` of a route that reads a JSON body of ``kind`` (or, with ``empty_object``,
     ``{}``)."""
     return {BODY_KEY: Body(kind, required, example, description, empty_object)}
+
+
+def command(path: str, kind: type[object], example: object,
+            responses: dict[int, ResponseSpec], *, required: bool = True) -> post:
+    """``@post`` of a route answering 200 that reads a JSON body of ``kind``."""
+    return post(path, status_code=HTTP_200_OK, responses=responses,
+                opt=body(kind, example, required=required))
 
 
 def also_ok(description: str) -> dict[str, Any]:

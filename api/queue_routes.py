@@ -6,12 +6,12 @@ from typing import Annotated
 
 from litestar import Controller, Response, get, post
 from litestar.params import HeaderParameter
-from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+from litestar.status_codes import HTTP_201_CREATED
 
 from api import examples, wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
-from api.openapi import also_ok, body
+from api.openapi import also_ok, body, command
 from api.params import (
     CommanderLimit,
     Cursor,
@@ -68,8 +68,8 @@ class QueueController(Controller):
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
         return await queue_api.show(task_id)
 
-    @post("/tasks/{task_id:str}/cancel", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(wire.CancelBody, examples.CANCEL, required=False))
+    @command("/tasks/{task_id:str}/cancel", wire.CancelBody, examples.CANCEL, WRITE_ERRORS,
+              required=False)
     async def cancel(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -77,8 +77,7 @@ class QueueController(Controller):
         reason = body.reason or None
         return await queue_api.cancel(task_id, reason, dry_run)
 
-    @post("/tasks/{task_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(wire.ReadBody, examples.READ))
+    @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS)
     async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""

@@ -9,13 +9,12 @@ whose job already exists answers that job (creation is idempotent).
 
 from __future__ import annotations
 
-from litestar import Controller, get, post
-from litestar.status_codes import HTTP_200_OK
+from litestar import Controller, get
 
 from api import examples, wire
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
-from api.openapi import body
+from api.openapi import command
 from api.params import DryRunFlag, HttpRequest, QueueDep, RunId
 from runner_assembly.assembly import model
 
@@ -31,8 +30,7 @@ class RunnerJobController(Controller):
         """The run's runner job: plan (names, keys, paths, hashes), status, assembly event."""
         return await queue_api.runner_job(run_id)
 
-    @post("/", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(wire.RunnerJobBody, examples.RUNNER_JOB, required=False))
+    @command("/", wire.RunnerJobBody, examples.RUNNER_JOB, WRITE_ERRORS, required=False)
     async def create(self, request: HttpRequest, queue_api: QueueDep, run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from litestar import Controller, post
+from litestar import Controller
 from litestar.openapi import ResponseSpec
-from litestar.status_codes import HTTP_200_OK
 
 from api import examples
 from api import runner_wire as rw
 from api.body import decode_runner_body
 from api.errors import error_responses
-from api.openapi import body
+from api.openapi import command
 from api.params import HttpRequest, RunnerDep, SessionId
 from api.runner_service import bearer
 
@@ -35,48 +34,43 @@ class RunnerController(Controller):
     path = "/api/v1/runner/jobs/{runner_job_id:str}"
     tags = ("runner",)
 
-    @post("/claim", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
-          opt=body(rw.ClaimBody, examples.RUNNER_CLAIM))
+    @command("/claim", rw.ClaimBody, examples.RUNNER_CLAIM, RUNNER_ERRORS)
     async def claim(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.ClaimAnswer:
         """Claim the job's start: ``start`` is true for the first claimant only."""
         token, body = await _read(request, rw.ClaimBody)
         return await runner_api.claim(runner_job_id, token, body)
 
-    @post("/lines", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
-          opt=body(rw.LinesBody, examples.RUNNER_LINES))
+    @command("/lines", rw.LinesBody, examples.RUNNER_LINES, RUNNER_ERRORS)
     async def lines(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.Ack:
         """Output or trace lines, batch ``seq``; a resent batch is accepted once."""
         token, body = await _read(request, rw.LinesBody)
         return await runner_api.lines(runner_job_id, token, body)
 
-    @post("/assembly", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
-          opt=body(rw.AssemblyBody, examples.RUNNER_ASSEMBLY))
+    @command("/assembly", rw.AssemblyBody, examples.RUNNER_ASSEMBLY, RUNNER_ERRORS)
     async def assembly(self, request: HttpRequest, runner_api: RunnerDep,
                        runner_job_id: SessionId) -> rw.Ack:
         """The bounded assembly event (recorded once)."""
         token, body = await _read(request, rw.AssemblyBody)
         return await runner_api.assembly(runner_job_id, token, body)
 
-    @post("/thread", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
-          opt=body(rw.ThreadBody, examples.RUNNER_THREAD))
+    @command("/thread", rw.ThreadBody, examples.RUNNER_THREAD, RUNNER_ERRORS)
     async def thread(self, request: HttpRequest, runner_api: RunnerDep,
                      runner_job_id: SessionId) -> rw.Ack:
         """The thread the backend started or resumed."""
         token, body = await _read(request, rw.ThreadBody)
         return await runner_api.thread(runner_job_id, token, body)
 
-    @post("/heartbeat", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
-          opt=body(rw.HeartbeatBody, examples.RUNNER_HEARTBEAT, required=False))
+    @command("/heartbeat", rw.HeartbeatBody, examples.RUNNER_HEARTBEAT, RUNNER_ERRORS,
+              required=False)
     async def heartbeat(self, request: HttpRequest, runner_api: RunnerDep,
                         runner_job_id: SessionId) -> rw.HeartbeatAnswer:
         """Renew the job's lease (``SVC_RUNNER_LEASE_S``)."""
         token, _ = await _read(request, rw.HeartbeatBody, empty_ok=True)
         return await runner_api.heartbeat(runner_job_id, token)
 
-    @post("/exit", status_code=HTTP_200_OK, responses=RUNNER_ERRORS,
-          opt=body(rw.ExitBody, examples.RUNNER_EXIT))
+    @command("/exit", rw.ExitBody, examples.RUNNER_EXIT, RUNNER_ERRORS)
     async def exit(self, request: HttpRequest, runner_api: RunnerDep,
                    runner_job_id: SessionId) -> rw.Ack:
         """How the job ended: state, exit code, failure kind and message."""

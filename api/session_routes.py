@@ -18,7 +18,7 @@ from api import examples, wire
 from api import session_wire as sw
 from api.body import convert, decode, read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS, error_responses
-from api.openapi import also_ok, body
+from api.openapi import also_ok, body, command
 from api.params import (
     AfterSeq,
     Cursor,
@@ -83,16 +83,15 @@ class SessionController(Controller):
         """Trace lines (runner events) after ``afterSeq``."""
         return await session_api.lines(session_id, "trace", after_seq, limit)
 
-    @post("/{session_id:str}/read", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(sw.SessionReadBody, examples.SESSION_READ, required=False))
+    @command("/{session_id:str}/read", sw.SessionReadBody, examples.SESSION_READ, WRITE_ERRORS,
+              required=False)
     async def read(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
         body = await read_body(request, sw.SessionReadBody, empty_ok=True)
         return await session_api.read(session_id, body.reader_id, dry_run)
 
-    @post("/{session_id:str}/control", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
-          opt=body(sw.ControlBody, examples.CONTROL))
+    @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS)
     async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
