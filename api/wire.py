@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from ledger.states import AttemptStatus
+from projections.judge_run import JudgeRunRow
 from projections.rows import CommanderHead, JsonObject, RunnerJobHead, StatsCounter, TaskHead
 from runner_assembly.assembly import model
 
@@ -206,21 +207,8 @@ class JudgeBody(Camel, frozen=True):
     dry_run: bool = False
 
 
-class JudgeRun(msgspec.Struct, rename="camel", kw_only=True):
+class JudgeRun(JudgeRunRow, kw_only=True, frozen=True):
     """A recorded judge run (SPEC 2.3), linked to its attempt by (taskId, attemptId)."""
-
-    task_id: str
-    judge_id: str
-    attempt_id: str
-    judge: str
-    result: str
-    failure_kind: str | None
-    retry_suggested: bool
-    retry_reason: str | None
-    summary: str | None
-    request: JsonObject
-    change_seq: int
-    created_at: datetime
 
 
 class AttemptList(msgspec.Struct, rename="camel"):

@@ -88,16 +88,17 @@ class RetryTask(_OnTask, frozen=True):
     ids: AttemptIds
 
 
-class MaterializeAttempt(_OnTask, frozen=True):
+class _OnAttempt(_OnTask, frozen=True):
+    attempt_id: str
+
+
+class MaterializeAttempt(_OnAttempt, frozen=True):
     """Record that the attempt's runner job exists."""
 
-    attempt_id: str
 
-
-class FailMaterialization(_OnTask, frozen=True):
+class FailMaterialization(_OnAttempt, frozen=True):
     """Record why the attempt's runner job could not be created."""
 
-    attempt_id: str
     failure_kind: str
     failure_message: str
 

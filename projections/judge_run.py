@@ -13,8 +13,8 @@ from ledger.task import STREAM_TYPE as TASK_STREAM
 from projections.projection import Fold, Projection, Rows
 
 
-class JudgeRunRow(msgspec.Struct, frozen=True):
-    """A row of ``judge_run``; field order is the column order."""
+class JudgeRunRow(msgspec.Struct, rename="camel", frozen=True):
+    """A row of ``judge_run``; field order is the column order (camelCase on the wire)."""
 
     task_id: str
     judge_id: str
