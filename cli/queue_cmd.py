@@ -63,6 +63,15 @@ def read_json_input(json_stdin: bool, json_file: Path | None) -> bytes | None:
     return None
 
 
+def post_json(path: str, body: bytes, dry_run: bool, api: ApiOptions | None,
+              output: render.OutputOptions | None, kind: type[T],
+              summary: Callable[[T], None]) -> int:
+    """POST ``body`` to ``path`` (a dry run with ``dry_run``) and print the answer as ``kind``."""
+    return respond(lambda: call(api or ApiOptions(), "POST", path,
+                                params={"dryRun": dry_run or None}, body=body),
+                   output or render.OutputOptions(), kind, summary)
+
+
 def _task_path(task_id: str, action: str = "") -> str:
     from urllib.parse import quote
 
@@ -181,10 +190,8 @@ def read(task_id: str, *,
     import msgspec
 
     body = msgspec.json.encode({"readerId": reader_id})
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "read"),
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(),
-                   wire.TaskDetail, render.marked_read(reader_id))
+    return post_json(_task_path(task_id, "read"), body, dry_run, api, output, wire.TaskDetail,
+                     render.marked_read(reader_id))
 
 
 @queue_app.command
@@ -202,9 +209,8 @@ def cancel(task_id: str, *,
 def _post_task(task_id: str, action: str, body: bytes, dry_run: bool, api: ApiOptions | None,
                output: render.OutputOptions | None) -> int:
     """POST an action on a task and print the task it leaves (or the dry run's plan)."""
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, action),
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), wire.TaskDetail, render.task_summary)
+    return post_json(_task_path(task_id, action), body, dry_run, api, output, wire.TaskDetail,
+                     render.task_summary)
 
 
 @queue_app.command
@@ -276,9 +282,7 @@ def judge(
     if body is None:
         return EXIT_USAGE
     path = _task_path(task_id, f"attempts/{quote(attempt_id, safe='')}/judge")
-    return respond(lambda: call(api or ApiOptions(), "POST", path,
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(), wire.JudgeRun, render.judge_run)
+    return post_json(path, body, dry_run, api, output, wire.JudgeRun, render.judge_run)
 
 
 @queue_app.command
@@ -298,7 +302,5 @@ def retry(
     import msgspec
 
     body = msgspec.json.encode({"idempotencyKey": idempotency_key, "reason": reason})
-    return respond(lambda: call(api or ApiOptions(), "POST", _task_path(task_id, "retry"),
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(),
-                   wire.Attempt, render.attempt_summary)
+    return post_json(_task_path(task_id, "retry"), body, dry_run, api, output, wire.Attempt,
+                     render.attempt_summary)

@@ -11,7 +11,7 @@ from cyclopts import App, Parameter
 from api import wire
 from cli import render
 from cli.client import ApiOptions, call
-from cli.queue_cmd import EXIT_USAGE, read_json_input, respond
+from cli.queue_cmd import EXIT_USAGE, post_json, read_json_input, respond
 
 runs_app = App(name="runs", help="Show and plan the runner jobs of core runs.")
 BodyStdin = Annotated[bool, Parameter(
@@ -29,10 +29,7 @@ def _post(run_id: str, json_stdin: bool, json_file: Path | None, dry_run: bool,
     body = read_json_input(json_stdin, json_file) if json_stdin or json_file else b"{}"
     if body is None:
         return EXIT_USAGE
-    return respond(lambda: call(api or ApiOptions(), "POST", _path(run_id),
-                                params={"dryRun": dry_run or None}, body=body),
-                   output or render.OutputOptions(),
-                   wire.RunnerJob, render.runner_job)
+    return post_json(_path(run_id), body, dry_run, api, output, wire.RunnerJob, render.runner_job)
 
 
 @runs_app.command
