@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine
 
@@ -20,6 +22,7 @@ from ledger.database import create_pool
 from ledger.writer import LedgerWriter
 from projections.store import project
 
+TASKS = "/api/v1/queue/tasks"
 _counter = itertools.count()
 
 S = TypeVar("S")
@@ -201,3 +204,14 @@ class WriterMachine(RuleBasedStateMachine):
         """Replay-verify the machine's database."""
         report = await replay_report(self.database_url)
         assert report.ok, report
+
+
+async def refresh_until_settled(http: httpx.AsyncClient, task_id: str,
+                                within: float = 60) -> dict[str, Any]:
+    """Refresh a task over HTTP until it no longer runs (or ``within`` seconds pass)."""
+    deadline = time.monotonic() + within
+    while True:
+        task = (await http.post(f"{TASKS}/{task_id}/refresh")).json()
+        if task["state"] != "running" or time.monotonic() > deadline:
+            return dict(task)
+        await asyncio.sleep(0.1)

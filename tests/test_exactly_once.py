@@ -10,7 +10,6 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -18,9 +17,8 @@ import pytest
 
 from projections.replay import replay
 from tests.conftest import SERVER_PIDS, free_port, running_api
-from tests.support import task_body
+from tests.support import TASKS, refresh_until_settled, task_body
 
-TASKS = "/api/v1/queue/tasks"
 LINES = 25
 POINTS = ("crash-after-reserve", "crash-after-spawn", "crash-after-create")
 ROUNDS = int(os.environ.get("SVC_KILL_ROUNDS", "2"))
@@ -37,15 +35,6 @@ async def wait_gone(pid: int) -> None:
             os.waitpid(pid, os.WNOHANG)
         await asyncio.sleep(0.05)
     raise AssertionError("the server did not die")
-
-
-async def settle(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        task = (await http.post(f"{TASKS}/{task_id}/refresh")).json()
-        if task["state"] != "running" or time.monotonic() > deadline:
-            return dict(task)
-        await asyncio.sleep(0.1)
 
 
 async def lines_of(http: httpx.AsyncClient, session_id: str, channel: str) -> list[str]:
@@ -79,7 +68,7 @@ async def test_a_killed_dispatch_replayed_starts_the_backend_once_and_loses_no_l
                 httpx.AsyncClient(base_url=base, timeout=60) as http:
             replayed = await http.post(f"{TASKS}/{task['taskId']}/dispatch", json={})
             assert replayed.status_code == 200, replayed.text
-            done = await settle(http, task["taskId"])
+            done = await refresh_until_settled(http, task["taskId"])
             attempt = done["latestAttempt"]
             assert done["state"] == "completed", (attempt["failureKind"],
                                                   attempt["failureMessage"])

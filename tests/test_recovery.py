@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
 
 from projections.replay import replay
 from tests.conftest import SERVER_PIDS, free_port, running_api
-from tests.support import task_body
-
-TASKS = "/api/v1/queue/tasks"
-
-
-async def settle(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
-        task = (await http.post(f"{TASKS}/{task_id}/refresh")).json()
-        if task["state"] != "running" or time.monotonic() > deadline:
-            return dict(task)
-        await asyncio.sleep(0.1)
+from tests.support import TASKS, refresh_until_settled, task_body
 
 
 async def failed_task(http: httpx.AsyncClient) -> str:
     task = (await http.post(TASKS, json=task_body(payload={"prompt": "exit: 2"}))).json()
     await http.post(f"{TASKS}/{task['taskId']}/dispatch", json={})
-    assert (await settle(http, task["taskId"]))["state"] == "failed"
+    assert (await refresh_until_settled(http, task["taskId"], 30))["state"] == "failed"
     return str(task["taskId"])
 
 
@@ -122,7 +109,7 @@ async def test_a_create_that_succeeded_but_timed_out_is_adopted_on_replay(
         again = (await http.post(f"{TASKS}/{task_id}/dispatch", json={})).json()
         assert again["latestAttempt"]["attemptId"] == attempt["attemptId"]
         assert (again["state"], again["latestAttempt"]["failureKind"]) == ("running", None)
-        assert (await settle(http, task_id))["state"] == "failed"
+        assert (await refresh_until_settled(http, task_id, 30))["state"] == "failed"
     assert len(job_dirs(tmp_path)) == 1, "dispatching again adopted the job, made no twin"
     body = {"idempotencyKey": "adopt", "reason": "timed out"}
     async with running_api(database_url, tmp_path, timeout, port) as base, \

@@ -11,14 +11,7 @@ import pytest
 
 from runner_assembly.assembly.defaults import TenantPolicy
 from runner_assembly.settings import RunnerSettings
-from tests.test_assembly_runner import (
-    TOKEN_CANARY,
-    app_client,
-    credential,
-    runner_job,
-    settings_for,
-    write_secret,
-)
+from tests import test_assembly_runner as ar
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle, submit
 from tests.test_trust_gate import ORDINARY
 
@@ -27,8 +20,8 @@ async def test_the_backend_reads_the_prompt_byte_identical(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
     prompt = "\n".join(ORDINARY[:-1]) + "\n\ttabs  and  spaces kept \u00e9\u4e2d "
-    settings = settings_for(runner_settings)
-    async with app_client(database_url, settings) as client:
+    settings = ar.settings_for(runner_settings)
+    async with ar.app_client(database_url, settings) as client:
         task_id = await submit(client, prompt)
         await dispatch(client, task_id)
         task = await settle(client, task_id)
@@ -45,18 +38,18 @@ async def test_a_run_blocked_at_assembly_ends_with_its_blocker(
 ) -> None:
     policies = ({"acme": TenantPolicy(toolCredentials=["git-host/issues"])}
                 if kind == "tenant-policy-denied" else {})
-    settings = settings_for(runner_settings, tenantPolicies=policies)
-    write_secret(settings, "tok", {"GIT_HOST_TOKEN": TOKEN_CANARY})
+    settings = ar.settings_for(runner_settings, tenantPolicies=policies)
+    ar.write_secret(settings, "tok", {"GIT_HOST_TOKEN": ar.TOKEN_CANARY})
     name = "tok" if kind == "tenant-policy-denied" else "not-there"
-    async with app_client(database_url, settings) as client:
+    async with ar.app_client(database_url, settings) as client:
         task_id = await submit(client, executionPolicy={"secretScope": {
-            "toolCredentials": [credential(name)]}})
+            "toolCredentials": [ar.credential(name)]}})
         await dispatch(client, task_id)
         task = (await client.get(f"{TASKS}/{task_id}")).json()
-        job = await runner_job(client, task)
+        job = await ar.runner_job(client, task)
     assert task["state"] == "blocked" and task["latestAttempt"]["failureKind"] == kind
     assert job["status"] == "blocked" and job["failureKind"] == kind, job
-    assert job["failureMessage"] and TOKEN_CANARY not in str(job)
+    assert job["failureMessage"] and ar.TOKEN_CANARY not in str(job)
     assert job_dirs(settings) == [], "no runner job was created"
     conn = await asyncpg.connect(database_url)
     try:
@@ -75,7 +68,7 @@ async def test_a_command_blocked_at_assembly_is_refused_with_its_blocker(
     from tests.support import snapshot
 
     created = await client.post("/api/v1/sessions", json={"runBase": {"executionPolicy": {
-        "secretScope": {"toolCredentials": [credential("not-there")]}}}})
+        "secretScope": {"toolCredentials": [ar.credential("not-there")]}}}})
     assert created.status_code == 201, created.text
     before = await snapshot(database_url)
     response = await client.post(f"/api/v1/runs/{created.json()['runId']}/commands",
