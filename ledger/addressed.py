@@ -1,4 +1,4 @@
-"""Commands addressed to one stream by one of their own fields."""
+"""Commands addressed to one stream by their first field."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from typing import ClassVar
 
 
 class Addressed:
-    """Mixin for a command whose stream id is the value of its field named ``stream_key``."""
+    """Mixin for a command Struct whose first field is the id of the stream it addresses
+    (``task_id``, ``run_id``, ``session_id``, ``runner_job_id``)."""
 
     __slots__ = ()
-    stream_key: ClassVar[str]
+    __struct_fields__: ClassVar[tuple[str, ...]]
 
     @property
     def stream_id(self) -> str:
         """The id of the stream the command is addressed to."""
-        value: str = getattr(self, self.stream_key)
+        value: str = getattr(self, self.__struct_fields__[0])
         return value

@@ -17,14 +17,11 @@ STREAM_TYPE = "run"
 
 
 class _OnRun(msgspec.Struct, Addressed, frozen=True):
-    stream_key = "run_id"
     run_id: str
 
 
 class CreateRun(ev.NewRun, Addressed, frozen=True):
     """Create the core run, command and runner-job identity of an attempt (once)."""
-
-    stream_key = "run_id"
 
 
 class RecordRunnerJob(_OnRun, frozen=True):

@@ -18,14 +18,11 @@ STREAM_TYPE = "runner-job"
 
 
 class _OnJob(msgspec.Struct, Addressed, frozen=True):
-    stream_key = "runner_job_id"
     runner_job_id: str
 
 
 class IssueJobToken(ev.JobToken, Addressed, frozen=True):
     """Record a new token's hash for the job (before the driver delivers the token)."""
-
-    stream_key = "runner_job_id"
 
 
 class _FromRunner(_OnJob, frozen=True):

@@ -18,14 +18,11 @@ STREAM_TYPE = "session"
 
 
 class _OnSession(msgspec.Struct, Addressed, frozen=True):
-    stream_key = "session_id"
     session_id: str
 
 
 class OpenSession(ev.SessionFacts, Addressed, frozen=True):
     """Create the session, or find it (same profile only)."""
-
-    stream_key = "session_id"
 
 
 class ReserveTurn(_OnSession, frozen=True):

@@ -36,8 +36,6 @@ OUTCOMES = frozenset({AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStat
 class SubmitTask(NewTask, Addressed, frozen=True):
     """Create a task from a validated, redacted contract."""
 
-    stream_key = "task_id"
-
     @property
     def creates_stream(self) -> bool:
         """A fresh task id has no stream to load (a clash fails on the unique key); a task id
@@ -46,7 +44,6 @@ class SubmitTask(NewTask, Addressed, frozen=True):
 
 
 class _OnTask(msgspec.Struct, Addressed, frozen=True):
-    stream_key = "task_id"
     task_id: str
 
 
