@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import asyncpg
 from litestar import Litestar
@@ -39,6 +40,13 @@ from runner_assembly.settings import RunnerSettings
 
 MAX_BODY_BYTES = 1024 * 1024
 log = logging.getLogger("svc.sessions")
+T = TypeVar("T")
+
+
+def _started(service: T | None) -> T:
+    """A service the app makes at start-up (an error before that)."""
+    assert service is not None, "the app has not started"
+    return service
 
 
 async def session_loop(sessions: SessionService, settings: RunnerSettings) -> None:
@@ -83,23 +91,19 @@ class Services:
 
     def pool(self) -> asyncpg.Pool:
         """The read pool."""
-        assert self._pool is not None, "the app has not started"
-        return self._pool
+        return _started(self._pool)
 
     def queue_api(self) -> QueueApi:
         """Tasks, attempts and runner jobs."""
-        assert self._queue is not None, "the app has not started"
-        return self._queue
+        return _started(self._queue)
 
     def session_api(self) -> SessionApi:
         """Sessions and run commands."""
-        assert self._sessions is not None, "the app has not started"
-        return self._sessions
+        return _started(self._sessions)
 
     def runner_api(self) -> RunnerApi:
         """The runner protocol."""
-        assert self._runner is not None, "the app has not started"
-        return self._runner
+        return _started(self._runner)
 
     def observed(self) -> Metrics:
         """The app's metrics."""

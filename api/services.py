@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -60,16 +61,15 @@ def _replayed(replayed: bool) -> dict[str, str]:
     return {REPLAYED_HEADER: "true"} if replayed else {}
 
 
+@dataclass(eq=False)
 class QueueApi:
     """Tasks, attempts and runner jobs, as the queue and runs routes answer them."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: RunnerSettings, queue: QueueService,
-                 metrics: Metrics) -> None:
-        self.pool = pool
-        self.settings = settings
-        self.queue = queue
-        self.metrics = metrics
-        self.cache = ReadCache()
+    pool: asyncpg.Pool
+    settings: RunnerSettings
+    queue: QueueService
+    metrics: Metrics
+    cache: ReadCache = field(default_factory=ReadCache, init=False)
 
     async def task_detail(self, task_id: str,
                           work_ready: dict[str, object] | None = None) -> wire.TaskDetail:
