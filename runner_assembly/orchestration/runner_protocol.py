@@ -173,6 +173,8 @@ class RunnerProtocol:
             return _reported(job)
         # The fallback when a runner dies before it reports: what the driver saw (pod status
         # and termination message; a local process gone: runner-lost).
+        if stop_lost and there.failure_kind == FailureKind.SECRET_UNAVAILABLE:
+            await self.driver.cancel(runner_job_id)  # kubelet would retry it forever
         return dataclasses.replace(there, assembly=there.assembly or job.assembly,
                                    thread_id=there.thread_id or job.thread_id,
                                    startup=there.startup or job.startup)
