@@ -55,6 +55,8 @@ class Kubelet:
         self.seen: set[str] = set()
         self.tasks: list[asyncio.Task[None]] = []
         self.bwrap = find_bwrap()
+        api = api_client(str(server.url).rstrip("/"))
+        self.core, self.batch = k8s.CoreV1Api(api), k8s.BatchV1Api(api)
 
     def secret(self, name: str) -> dict[str, str] | None:
         """A stored Secret's data, decoded (None when there is none)."""
@@ -81,25 +83,53 @@ class Kubelet:
             await asyncio.sleep(0.1)
 
     async def run_pod(self, name: str, job: dict[str, Any]) -> None:
-        """The init containers, then the main container, as the Job renders them."""
+        """The init containers, then the main container, as the Job renders them; the pod's
+        status and the Job's are written back as kubelet and the Job controller would."""
         for _ in range(100):  # the Secret follows the Job: wait for it, as kubelet does
             if self.secret(f"{name}-env") is not None:
                 break
             await asyncio.sleep(0.05)
-        pod = job["spec"]["template"]["spec"]
+        template = job["spec"]["template"]
+        pod = template["spec"]
+        await asyncio.to_thread(self.core.create_namespaced_pod, NS, {
+            "apiVersion": "v1", "kind": "Pod", "status": {"phase": "Pending"},
+            "metadata": {"name": f"{name}-pod", "namespace": NS,
+                         "labels": template["metadata"]["labels"]}})
         folder = self.root / name
         volumes = {volume["name"]: self.volume(folder, volume) for volume in pod["volumes"]}
+        code = 0
         for container in [*pod.get("initContainers", []), *pod["containers"]]:
-            argv, env = self.container(folder, container, volumes)
+            try:
+                argv, env = self.container(folder, container, volumes)
+            except LookupError:
+                await self.pod_status(name, container["name"], {"waiting": {
+                    "reason": "CreateContainerConfigError",
+                    "message": "couldn't find key in Secret"}})
+                return
             process = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
                 stdout=(folder / f"{container['name']}.log").open("wb"),
                 stderr=subprocess.STDOUT)
             self.groups[name] = process.pid
             code = await process.wait()
+            code = code if code >= 0 else 128 - code
             if code != 0:
+                message = (folder / f"{container['name']}.termination").read_text()
+                await self.pod_status(name, container["name"], {"terminated": {
+                    "exitCode": code, "reason": "Error", "message": message}})
                 break
         self.groups.pop(name, None)
+        with contextlib.suppress(k8s.ApiException):  # a deleted Job has no status to write
+            await asyncio.to_thread(self.batch.patch_namespaced_job, name, NS, {
+                "status": {"failed": 1} if code else {"succeeded": 1}})
+
+    async def pod_status(self, name: str, container: str, state: dict[str, Any]) -> None:
+        """Record a container's state on the job's pod (failed when it terminated)."""
+        status = {"name": container, "image": IMAGE, "imageID": "", "ready": False,
+                  "restartCount": 0, "state": state}
+        await asyncio.to_thread(self.core.patch_namespaced_pod, f"{name}-pod", NS, {"status": {
+            "phase": "Failed" if "terminated" in state else "Pending",
+            "containerStatuses": [status]}})
 
     def volume(self, folder: Path, volume: dict[str, Any]) -> Path:
         """A pod volume as a directory: emptyDir, Secret items, or the claim's directory."""
@@ -129,9 +159,8 @@ class Kubelet:
                 env[entry["name"]] = entry["value"]
                 continue
             ref = entry["valueFrom"]["secretKeyRef"]
-            value = (self.secret(ref["name"]) or {}).get(ref["key"])
-            assert value is not None, "kubelet: CreateContainerConfigError"
-            env[entry["name"]] = value
+            env[entry["name"]] = (self.secret(ref["name"]) or {})[ref["key"]]  # LookupError:
+            # kubelet's CreateContainerConfigError
         termination = folder / f"{container['name']}.termination"
         termination.touch()
         args = [self.bwrap, "--die-with-parent", "--unshare-pid", *_system_args(),
@@ -289,18 +318,32 @@ async def test_output_trace_assembly_storage_and_a_thread_resumed_across_two_tur
     assert storage["storageSizeBytes"] > 0
 
 
-@pytest.mark.parametrize("case", ["backend-blocker", "missing-profile-secret"])
+ENV_CREDENTIAL = {"secretScope": {"toolCredentials": [
+    {"tool": "ext-ssh", "purpose": "terminal",
+     "secretRef": {"name": "svc-v01-absent", "keys": ["EXT_SSH_CLIENT_TOKEN"]},
+     "projection": {"kind": "env", "envName": "EXT_SSH_CLIENT_TOKEN"}}]}}
+"""A tool credential projected as env whose secret does not exist (kubelet refuses it)."""
+
+
+@pytest.mark.parametrize("case", ["backend-blocker", "missing-profile-secret",
+                                  "missing-env-credential"])
 async def test_blockers_end_blocked_with_their_kind(harness: Harness, case: str) -> None:
     client = harness.client
+    extra: dict[str, Any] = {}
+    body: dict[str, Any] = {}
+    prompt, kind = "say hello", "secret-unavailable"
     if case == "missing-profile-secret":
         harness.remove_profile_secret()
-        prompt, kind = "say hello", "secret-unavailable"
+    elif case == "missing-env-credential":
+        extra = {"executionPolicy": ENV_CREDENTIAL}
+        body = {"transientEnv": {"EXT_MAIN_SERVER_HOST": "lab.example"}}
     else:
         prompt, kind = "blocker: required-skill-unavailable", "required-skill-unavailable"
-    task_id = await submit(client, prompt)
-    await dispatch(client, task_id)
+    task_id = await submit(client, prompt, **extra)
+    await dispatch(client, task_id, body)
     task = await settle(client, task_id, timeout=60)
-    assert task["state"] == "blocked", task
+    assert task["state"] == "blocked", (task["latestAttempt"]["failureKind"],
+                                        task["latestAttempt"]["failureMessage"])
     assert task["latestAttempt"]["failureKind"] == kind
 
 
@@ -337,6 +380,22 @@ async def test_a_lost_lease_ends_the_attempt_runner_lost(harness: Harness) -> No
     while process_alive(group) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert not process_alive(group), "what was left of the job was stopped"
+
+
+async def test_a_runner_killed_before_it_reports_ends_failed_not_stuck(
+    harness: Harness
+) -> None:
+    client = harness.client
+    task_id = await submit(client, "sleep: 60", sessionRef=ref("ses_kill"))
+    task = await dispatch(client, task_id)
+    runner_job = (await runner_job_of(client, task))["runnerJobId"]
+    group = await harness.pause(runner_job, "ses_kill")
+    os.killpg(group, signal.SIGKILL)
+    os.killpg(group, signal.SIGCONT)
+    ended = await settle(client, task_id, timeout=30)
+    assert ended["state"] == "failed", ended
+    assert ended["latestAttempt"]["failureKind"] == "runner-lost"
+    assert "without reporting its exit" in ended["latestAttempt"]["failureMessage"]
 
 
 async def test_a_token_speaks_for_its_own_job_and_not_after_it_ended(

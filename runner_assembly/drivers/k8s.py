@@ -156,7 +156,7 @@ class KubernetesDriver:
             return JobStatus(JobState.RUNNING)
         status = found.status
         if status is None:
-            return JobStatus(JobState.RUNNING)
+            return self._pod_fallback(runner_job_id) or JobStatus(JobState.RUNNING)
         started = _moment(status.start_time)
         if status.succeeded:
             return JobStatus(JobState.COMPLETED, exit_code=0, started_at=started,
@@ -180,6 +180,8 @@ class KubernetesDriver:
         except (ApiException, urllib3.exceptions.HTTPError):
             return None
         for pod in pods.items or []:
+            if (pod.metadata.labels or {}).get("svc/runner-job-id") != runner_job_id:
+                continue  # the selector, checked again: a server may not have applied it
             status = pod.status
             containers = [*(getattr(status, "init_container_statuses", None) or []),
                           *(getattr(status, "container_statuses", None) or [])]
