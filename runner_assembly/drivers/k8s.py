@@ -180,7 +180,8 @@ class KubernetesDriver:
         except (ApiException, urllib3.exceptions.HTTPError):
             return None
         for pod in pods.items or []:
-            if (pod.metadata.labels or {}).get("svc/runner-job-id") != runner_job_id:
+            labels = getattr(pod.metadata, "labels", None) or {}
+            if labels.get("svc/runner-job-id") != runner_job_id:
                 continue  # the selector, checked again: a server may not have applied it
             status = pod.status
             containers = [*(getattr(status, "init_container_statuses", None) or []),
