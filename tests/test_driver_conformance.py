@@ -347,19 +347,29 @@ async def test_blockers_end_blocked_with_their_kind(harness: Harness, case: str)
     assert task["latestAttempt"]["failureKind"] == kind
 
 
-async def test_cancel_stops_the_runner_job(harness: Harness) -> None:
-    client = harness.client
-    task_id = await submit(client, "sleep: 60", sessionRef=ref("ses_cancel"))
-    task = await dispatch(client, task_id)
-    runner_job = (await runner_job_of(client, task))["runnerJobId"]
-    group = await harness.pause(runner_job, "ses_cancel")
-    os.killpg(group, signal.SIGCONT)  # it was only to wait for the backend to run
-    answer = await client.post(f"{TASKS}/{task_id}/cancel", json={"reason": "stop"})
-    assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
+async def paused_sleeper(harness: Harness, session_id: str) -> tuple[str, int]:
+    """A dispatched task whose backend sleeps, its runner stopped: the task's id and the
+    runner's process group."""
+    task_id = await submit(harness.client, "sleep: 60", sessionRef=ref(session_id))
+    task = await dispatch(harness.client, task_id)
+    runner_job = (await runner_job_of(harness.client, task))["runnerJobId"]
+    return task_id, await harness.pause(runner_job, session_id)
+
+
+async def gone(group: int) -> bool:
+    """Whether the process group's leader ended (waiting up to 15 s)."""
     deadline = time.monotonic() + 15
     while process_alive(group) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-    assert not process_alive(group), "the runner was stopped"
+    return not process_alive(group)
+
+
+async def test_cancel_stops_the_runner_job(harness: Harness) -> None:
+    task_id, group = await paused_sleeper(harness, "ses_cancel")
+    os.killpg(group, signal.SIGCONT)  # it was only to wait for the backend to run
+    answer = await harness.client.post(f"{TASKS}/{task_id}/cancel", json={"reason": "stop"})
+    assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
+    assert await gone(group), "the runner was stopped"
     if harness.kubelet is not None:
         (delete,) = [r for r in harness.kubelet.server if r.method == "DELETE"]
         assert "propagationPolicy=Foreground" in str(delete.url)
@@ -367,32 +377,21 @@ async def test_cancel_stops_the_runner_job(harness: Harness) -> None:
 
 
 async def test_a_lost_lease_ends_the_attempt_runner_lost(harness: Harness) -> None:
-    client = harness.client
-    task_id = await submit(client, "sleep: 60", sessionRef=ref("ses_lease"))
-    task = await dispatch(client, task_id)
-    runner_job = (await runner_job_of(client, task))["runnerJobId"]
-    group = await harness.pause(runner_job, "ses_lease")
+    task_id, group = await paused_sleeper(harness, "ses_lease")
     await asyncio.sleep(6)
-    lost = (await client.post(f"{TASKS}/{task_id}/refresh")).json()
+    lost = (await harness.client.post(f"{TASKS}/{task_id}/refresh")).json()
     assert lost["state"] == "failed", lost
     assert lost["latestAttempt"]["failureKind"] == "runner-lost"
-    deadline = time.monotonic() + 15
-    while process_alive(group) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert not process_alive(group), "what was left of the job was stopped"
+    assert await gone(group), "what was left of the job was stopped"
 
 
 async def test_a_runner_killed_before_it_reports_ends_failed_not_stuck(
     harness: Harness
 ) -> None:
-    client = harness.client
-    task_id = await submit(client, "sleep: 60", sessionRef=ref("ses_kill"))
-    task = await dispatch(client, task_id)
-    runner_job = (await runner_job_of(client, task))["runnerJobId"]
-    group = await harness.pause(runner_job, "ses_kill")
+    task_id, group = await paused_sleeper(harness, "ses_kill")
     os.killpg(group, signal.SIGKILL)
     os.killpg(group, signal.SIGCONT)
-    ended = await settle(client, task_id, timeout=30)
+    ended = await settle(harness.client, task_id, timeout=30)
     assert ended["state"] == "failed", ended
     assert ended["latestAttempt"]["failureKind"] == "runner-lost"
     assert "without reporting its exit" in ended["latestAttempt"]["failureMessage"]

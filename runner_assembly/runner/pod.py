@@ -32,11 +32,12 @@ from ledger.states import FailureKind, job_state_of_failure
 from runner_assembly.assembly import names
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.backend_run import run_relayed
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.local import MASKER, _outcome, _thread, now, trace
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
-from runner_assembly.runner.masking import Masker, Relays
+from runner_assembly.runner.masking import Masker
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.session_volume import summarize
 from runner_assembly.runner.shipping import Heartbeats, Shipper
@@ -144,17 +145,7 @@ def run_backend(spec: dict[str, Any], launch: dict[str, Any], env: dict[str, str
           threadId=thread.get("threadId"), sandbox="pod")
     started = now()
     try:
-        with (STATE_DIR / "prompt.txt").open("rb") as stdin, \
-                (STATE_DIR / names.CHANNEL_FILES["output"]).open("wb") as stdout, \
-                (STATE_DIR / "stderr.log").open("wb") as stderr, \
-                subprocess.Popen(command, cwd=workspace, stdin=stdin, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, env=env) as child:
-            signal.signal(signal.SIGTERM, lambda signum, frame: child.terminate())
-            assert child.stdout is not None and child.stderr is not None
-            relays = Relays([(child.stdout, stdout), (child.stderr, stderr)], MASKER)
-            code = child.wait()
-            finished = now()
-            relays.join()
+        code, finished = run_relayed(command, workspace, env, STATE_DIR, MASKER, forward_term)
     except OSError as error:
         return failed(spawn_failure(error, command, workspace))
     report = {**_outcome(layout, code), "startedAt": started, "finishedAt": finished}
@@ -166,6 +157,11 @@ def run_backend(spec: dict[str, Any], launch: dict[str, Any], env: dict[str, str
     if volume:
         client.storage(spec["session_id"], summarize(layout.session_dir, volume))
     return report
+
+
+def forward_term(child: subprocess.Popen[bytes]) -> None:
+    """Kubernetes stops a container with SIGTERM: the backend gets it too."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: child.terminate())
 
 
 def failed(failure: AssemblyFailure) -> dict[str, object]:
