@@ -35,6 +35,7 @@ from runner_assembly.drivers.k8s import api_client
 from runner_assembly.runner.sandbox import _system_args, find_bwrap, python_paths
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
+from tests.support import SECRET_CANARY
 from tests.test_dispatch import TASKS, dispatch, process_alive, settle, submit
 from tests.test_k8s_dispatch import kube  # noqa: F401  (the emulator fixture)
 from tests.test_k8s_driver import IMAGE, NS, SOURCE, objects_of
@@ -316,6 +317,11 @@ async def test_output_trace_assembly_storage_and_a_thread_resumed_across_two_tur
     storage = session["storage"]
     assert storage["pvcName"] == "svc-v01-session-ses-c1" and storage["storageFilesCount"] == 1
     assert storage["storageSizeBytes"] > 0
+    token = harness.token(job["runnerJobId"])
+    shown = "\n".join([*output, *trace])
+    if harness.kubelet is not None:  # the pod's own logs too
+        shown += "".join(log.read_text() for log in harness.kubelet.root.glob("*/*.log"))
+    assert SECRET_CANARY not in shown and token not in shown, "no value is printed"
 
 
 ENV_CREDENTIAL = {"secretScope": {"toolCredentials": [
