@@ -122,7 +122,7 @@ def serve(
     where = ("SVC_DATABASE_URL" if server is None
              else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
-    if settings.runner_api_url is None:  # local runners call this server's runner protocol
+    if settings.runner_api_url is None and settings.driver == "local":  # pods: the Service
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         runner_api = f"http://[{local}]:{port}" if ":" in local else f"http://{local}:{port}"
         settings = dataclasses.replace(settings, runner_api_url=runner_api)

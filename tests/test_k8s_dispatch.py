@@ -119,3 +119,16 @@ async def test_an_environment_without_a_built_image_is_build_required(
     assert task["state"] == "blocked"
     assert task["latestAttempt"]["failureKind"] == "build-required"
     assert objects_of(kube) == {}, "nothing was created in the cluster"
+
+
+async def test_the_manager_does_not_look_for_secrets_with_kubernetes(
+    kube: Any, database_url: str, tmp_path: Path
+) -> None:
+    """The deployed manager has no file store (an emptyDir): dispatch is not refused for
+    that; a missing secret surfaces in the job (tests/test_driver_conformance.py)."""
+    settings = kubernetes_settings(RunnerSettings(data_dir=tmp_path / "empty"), kube)
+    async with AsyncTestClient(create_app(database_url, settings=settings)) as client:
+        task_id = await submit(client)
+        task = await dispatch(client, task_id)
+    assert task["state"] == "running", task["latestAttempt"]
+    assert not [r for r in kube if "/secrets" in r.url.path and r.method != "POST"]

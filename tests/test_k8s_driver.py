@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import uuid
@@ -297,3 +298,79 @@ async def test_status_and_cancel_follow_the_job(kmock: Any, tmp_path: Path) -> N
     assert (done.finished_at - done.started_at).total_seconds() == 2, "the Job's own times"
     await driver.cancel("job_01abc")
     assert (await driver.status("job_nope")).failure_kind == "infra-failed"
+
+
+RUNNER_ENV = {"SVC_RUNNER_API_URL": "http://svc-manager.svc-v01.svc",
+              "SVC_RUNNER_HEARTBEAT_S": "10.0"}
+TOKEN = "job_01abc.TokenCanary-7f1e2d"
+
+
+async def test_the_token_travels_in_the_secret_only_and_the_job_names_the_service(
+    kmock: Any, tmp_path: Path
+) -> None:
+    spec = dataclasses.replace(spec_of(plan_of(tmp_path)), runner_token=TOKEN)
+    driver = driver_for(kmock, runner_env=RUNNER_ENV)
+    await driver.create(spec)
+    await driver.create(spec)  # adopted: the Secret is never read back
+    stored = objects_of(kmock)
+    job, secret = stored["jobs/svc-v01-job-01abc"], stored["secrets/svc-v01-job-01abc-env"]
+    assert TOKEN not in json.dumps(job) and TOKEN not in json.dumps(spec.public())
+    assert base64.b64decode(secret["data"]["runner-token"]).decode() == TOKEN
+    pod = job["spec"]["template"]["spec"]
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SVC_RUNNER_API_URL"] == "http://svc-manager.svc-v01.svc"
+        assert not any("token" in arg.lower() for arg in container["command"])
+    (job_volume,) = [v for v in pod["volumes"] if v["name"] == "job"]
+    assert {"key": "runner-token", "path": "runner-token"} in job_volume["secret"]["items"]
+    assert all(v["secret"].get("optional") for v in pod["volumes"]
+               if "secret" in v and v["name"] != "job"), "a missing secret: the runner says"
+    assert not [r for r in kmock if r.method == "GET" and "/secrets" in r.url.path]
+
+
+async def test_cancel_deletes_the_job_in_the_foreground(kmock: Any, tmp_path: Path) -> None:
+    driver = driver_for(kmock)
+    await driver.create(spec_of(plan_of(tmp_path)))
+    await driver.cancel("job_01abc")
+    (delete,) = [r for r in kmock if r.method == "DELETE"]
+    assert delete.url.path == f"{JOBS}/svc-v01-job-01abc"
+    assert "propagationPolicy=Foreground" in str(delete.url)
+
+
+POD = f"/api/v1/namespaces/{NS}/pods"
+
+
+def pod_with(state: dict[str, Any]) -> dict[str, Any]:
+    """A pod list: another job's refused pod first (a server may ignore the selector), then
+    the job's own pod with a container in ``state``."""
+    def pod(job: str, state: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": f"p-{job}", "labels": {"svc/runner-job-id": job}},
+                "status": {"phase": "Failed", "containerStatuses": [{
+                    "name": "backend", "image": IMAGE, "imageID": "", "ready": False,
+                    "restartCount": 0, "state": state}]}}
+
+    other = pod("job_other", {"waiting": {"reason": "CreateContainerConfigError"}})
+    return {"apiVersion": "v1", "kind": "PodList", "metadata": {},
+            "items": [other, pod("job_01abc", state)]}
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    ({"waiting": {"reason": "CreateContainerConfigError", "message": "no key"}},
+     ("blocked", "secret-unavailable", None)),
+    ({"terminated": {"exitCode": 3, "message": json.dumps(
+        {"failureKind": "prompt-unavailable", "failureMessage": "no prompt"})}},
+     ("blocked", "prompt-unavailable", 3)),
+    ({"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+     ("failed", "runner-lost", 137)),
+    ({"terminated": {"exitCode": 0}}, ("running", None, None)),
+])
+async def test_pod_status_is_the_fallback_when_the_runner_could_not_report(
+    kmock: Any, tmp_path: Path, state: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    driver = driver_for(kmock)
+    await driver.create(spec_of(plan_of(tmp_path)))
+    kmock[f"get {POD}"] << pod_with(state)
+    seen = await driver.status("job_01abc")
+    assert (seen.state, seen.failure_kind, seen.exit_code) == expected
+    if seen.failure_kind == "runner-lost":
+        assert "OOMKilled" in (seen.failure_message or "")

@@ -10,6 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from runner_assembly.assembly.names import manager_url
+
 K8S = Path("manifests/k8s")
 KUBERNETES_VERSION = "1.30"
 
@@ -97,7 +99,8 @@ def test_the_checker_catches_what_restricted_forbids() -> None:
 
 
 ALLOWED = {("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-           ("", "secrets"): {"create", "get", "delete"},
+           ("", "secrets"): {"create"},
+           ("", "pods"): {"get", "list"},
            ("", "persistentvolumeclaims"): {"create", "get", "list", "delete"}}
 
 
@@ -134,3 +137,24 @@ def test_the_example_manifest_describes_this_deployment() -> None:
     assert service["replicas"] == deployment["spec"]["replicas"]
     assert service["namespace"] == deployment["metadata"]["namespace"] == example["namespace"]
     assert service["healthPath"] == container["livenessProbe"]["httpGet"]["path"]
+
+
+def test_runner_pods_may_reach_the_manager_service_and_nothing_new_beyond_it() -> None:
+    policies = {p["metadata"]["name"]: p for p in kinds()["NetworkPolicy"]}
+    (service,) = kinds()["Service"]
+    (deployment,) = kinds()["Deployment"]
+    (config,) = kinds()["ConfigMap"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    (port,) = [p["containerPort"] for p in container["ports"]
+               if p["name"] == service["spec"]["ports"][0]["targetPort"]]
+    runner_egress = policies["svc-runner"]["spec"]["egress"]
+    to_manager = [rule for rule in runner_egress if rule.get("to")]
+    assert to_manager == [{"to": [{"podSelector": {"matchLabels": service["spec"]["selector"]}}],
+                           "ports": [{"port": port, "protocol": "TCP"}]}]
+    other_ports = sorted(p["port"] for rule in runner_egress if not rule.get("to")
+                         for p in rule["ports"])
+    assert other_ports == [22, 53, 53, 443], "DNS, and HTTPS/SSH for bundles and providers"
+    manager_in = policies["svc-manager"]["spec"]["ingress"]
+    assert any(p["port"] == port for rule in manager_in for p in rule["ports"])
+    url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert config["data"]["SVC_RUNNER_API_URL"] == url == manager_url("svc-v01")

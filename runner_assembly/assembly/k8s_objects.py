@@ -5,9 +5,13 @@
 - the Job: an ``assemble`` init container (the runner's assembly steps) and a ``backend``
   container, under Pod Security "restricted" plus our policy: no service-account token,
   read-only root file system, secrets mounted read-only, tool env credentials and the
-  per-job secret only through ``secretKeyRef``.
+  per-job secret only through ``secretKeyRef``. Both run the runner, which speaks the runner
+  protocol to the manager's Service (``SVC_RUNNER_API_URL`` in the Job's env) with the job's
+  token, mounted from the per-job Secret as a file. Referenced secrets are mounted
+  ``optional``: the runner reports a missing one as ``secret-unavailable`` (an env reference
+  stays required: kubelet's ``CreateContainerConfigError``, mapped by the driver).
 
-The Job object carries no secret value: only names, keys, paths and ids.
+The Job object carries no secret value: only names, keys, paths, ids and the manager's URL.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from runner_assembly.assembly.names import (
     POD_SECRETS_ROOT,
     POD_WORKSPACE_ROOT,
     RUNNER_ENTRY,
+    RUNNER_TOKEN_KEY,
 )
 from runner_assembly.assembly.plan import RunnerJobPlan
 from runner_assembly.assembly.resolve import SessionVolume
@@ -81,19 +86,24 @@ def _secret_name(plan: RunnerJobPlan) -> str:
     return str(plan.per_job_secret["name"])
 
 
-def job(plan: RunnerJobPlan, workspace_root: str | None = None) -> K8sObject:
-    """The Job: assembly in an init container, then the backend."""
+def job(plan: RunnerJobPlan, workspace_root: str | None = None,
+        runner_env: dict[str, str] | None = None) -> K8sObject:
+    """The Job: assembly in an init container, then the backend; ``runner_env`` (the
+    runner protocol's address and heartbeat, no secret) goes to both."""
     if plan.image.image is None:
         raise ValueError("a Kubernetes runner job needs a digest-pinned image")
     root = workspace_root or str(POD_WORKSPACE_ROOT)
     mounts, volumes = _volumes(plan, root)
+    protocol: list[K8sObject] = [{"name": name, "value": value}
+                                 for name, value in (runner_env or {}).items()]
     pod_spec: K8sObject = {
         "restartPolicy": "Never", "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                             "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [_container(plan, "assemble", mounts["assemble"], [], root)],
-        "containers": [_container(plan, "backend", mounts["backend"], _env(plan), root)],
+        "initContainers": [_container(plan, "assemble", mounts["assemble"], protocol, root)],
+        "containers": [_container(plan, "backend", mounts["backend"],
+                                  [*protocol, *_env(plan)], root)],
         "volumes": volumes,
     }
     return {
@@ -127,7 +137,9 @@ def _volumes(plan: RunnerJobPlan,
         {"name": "home", "emptyDir": {}}, {"name": "workspace", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "job", "secret": {"secretName": _secret_name(plan), "defaultMode": 0o400,
-                                   "items": [{"key": JOB_SPEC_KEY, "path": JOB_SPEC_KEY}]}},
+                                   "items": [{"key": JOB_SPEC_KEY, "path": JOB_SPEC_KEY},
+                                             {"key": RUNNER_TOKEN_KEY,
+                                              "path": RUNNER_TOKEN_KEY}]}},
     ]
     common: list[K8sObject] = [{"name": "home", "mountPath": str(POD_HOME)},
                                     {"name": "workspace", "mountPath": root},
@@ -140,7 +152,7 @@ def _volumes(plan: RunnerJobPlan,
             continue
         name = f"secret-{index}"
         volumes.append({"name": name, "secret": {
-            "secretName": use.name, "defaultMode": 0o400,
+            "secretName": use.name, "defaultMode": 0o400, "optional": True,
             "items": [{"key": key, "path": key} for key in use.keys]}})
         if use.projection == "volume":
             backend.append({"name": name, "mountPath": use.mount_path, "readOnly": True})

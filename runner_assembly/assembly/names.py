@@ -18,6 +18,14 @@ POD_BACKEND_HOME = f"{POD_HOME}/.backend"
 POD_SECRETS_ROOT = "/var/run/svc/secrets"
 POD_JOB_SPEC_DIR = "/var/run/svc/job"
 JOB_SPEC_KEY = "job-spec.json"
+RUNNER_TOKEN_KEY = "runner-token"
+"""The per-job Secret's key (and mounted file) holding the job's runner-protocol token."""
+POD_STATE_DIR = f"{POD_HOME}/.svc"
+"""The pod runner's own scratch (emptyDir): line files it ships, the claim's outcome."""
+TERMINATION_LOG = "/dev/termination-log"
+"""Where a pod's runner leaves its failure kind for the pod status (the manager's fallback)."""
+MANAGER_SERVICE = "svc-manager"
+"""The manager's Service: pods reach the runner protocol through it."""
 RUNNER_ENTRY = ["python", "-m", "runner_assembly.runner.pod"]
 
 # Environment variables the runner itself sets for the backend (never from transientEnv).
@@ -27,9 +35,6 @@ SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION
                "SVC_BACKEND_ROLLOUT_SUBDIR")
 
 # Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
-STARTUP_FILE = "startup.json"
-"""The pod runner's startup event (its work-ready capability summary, SPEC 2.11, 6) in its
-state directory; the local runner sends it with its claim instead."""
 JOB_SECRET_DIR = "job-secret"
 """The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
 TOKEN_FILE = "runner.token"
@@ -52,6 +57,11 @@ def job_name(runner_job_id: str) -> str:
 def per_job_secret_name(runner_job_id: str) -> str:
     """The per-job secret holding the transient environment and endpoint defaults."""
     return f"{job_name(runner_job_id)}-env"
+
+
+def manager_url(namespace: str) -> str:
+    """The runner protocol's base URL inside the cluster: the manager's Service (port 80)."""
+    return f"http://{MANAGER_SERVICE}.{namespace}.svc"
 
 
 def session_pvc_name(session_id: str) -> str:

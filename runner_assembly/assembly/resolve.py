@@ -21,7 +21,7 @@ from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
 from runner_assembly.assembly.names import session_pvc_name
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
-from runner_assembly.assembly.secret_store import FileSecretStore
+from runner_assembly.assembly.secret_store import SecretStore
 
 SESSION_VOLUME_SIZE = "1Gi"
 
@@ -133,7 +133,7 @@ class Resolver:
 
     namespace: str
     driver: str
-    secrets: FileSecretStore
+    secrets: SecretStore
     defaults: RuntimeDefaults
     storage_class: str
     rollout_subdir: str

@@ -20,9 +20,14 @@ DRIVERS = ("local", "kubernetes")
 def make_driver(settings: RunnerSettings) -> RunnerDriver:
     """The driver ``SVC_RUNNER_DRIVER`` names: ``local`` (default) or ``kubernetes``."""
     if settings.driver == "kubernetes":
+        from runner_assembly.assembly.names import manager_url
         from runner_assembly.drivers.k8s import KubernetesDriver, api_client
 
-        return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace)
+        runner_env = {"SVC_RUNNER_API_URL": settings.runner_api_url
+                      or manager_url(settings.namespace),
+                      "SVC_RUNNER_HEARTBEAT_S": str(settings.runner_heartbeat_s)}
+        return KubernetesDriver(api_client(settings.kubernetes_api), settings.namespace,
+                                runner_env=runner_env)
     from runner_assembly.drivers.local import LocalDriver
 
     return LocalDriver(settings.jobs_dir, settings.sessions_dir, settings.local_sandbox,

@@ -4,14 +4,23 @@ client.
 Object names derive from the reserved ids, so creation is idempotent: ``409 AlreadyExists``
 adopts the existing object. The session PVC is resolved or created before the Job; the
 per-job Secret is created after it, owned by it (collected with it), so a failed Job
-creation never leaves a Secret behind. Transient API failures (5xx, 429, timeouts) are
-retried with backoff; no API response body ever reaches a caller, only the status code.
+creation never leaves a Secret behind; an existing Secret is adopted without being read (the
+manager reads no secret value: its Role has no ``get`` on secrets). The Secret carries the
+job's runner-protocol token; the Job's env names the manager's Service. Transient API
+failures (5xx, 429, timeouts) are retried with backoff; no API response body ever reaches a
+caller, only the status code.
+
+The runner reports its outcome through the runner protocol; :meth:`KubernetesDriver.status`
+is the fallback for a runner that could not: the pod's status (kubelet's
+``CreateContainerConfigError`` for a missing secret or key: ``secret-unavailable``) and the
+runner's termination message (its failure kind). Cancel deletes the Job in the foreground.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import time
@@ -25,9 +34,9 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from ledger.states import FailureKind, JobState
+from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly import k8s_objects
-from runner_assembly.assembly.names import JOB_SPEC_KEY, job_name
+from runner_assembly.assembly.names import JOB_SPEC_KEY, RUNNER_TOKEN_KEY, job_name
 from runner_assembly.assembly.plan import RunnerJobPlan
 from runner_assembly.assembly.resolve import SessionVolume
 from runner_assembly.drivers.protocol import (
@@ -56,7 +65,11 @@ class KubernetesDriver:
 
     def __init__(self, api: k8s.ApiClient, namespace: str, *, attempts: int = 4,
                  backoff_s: float = 0.2,
-                 request_timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
+                 request_timeout: tuple[float, float] = REQUEST_TIMEOUT,
+                 runner_env: dict[str, str] | None = None) -> None:
+        """``runner_env``: what the Job's runner needs to reach the runner protocol
+        (``SVC_RUNNER_API_URL``, ``SVC_RUNNER_HEARTBEAT_S``); never a secret."""
+        self.runner_env = dict(runner_env or {})
         api.configuration.debug = False  # http.client would print bodies (secret data)
         REST_LOGGER.addFilter(drop_bodies)
         self.request_timeout = request_timeout
@@ -78,20 +91,19 @@ class KubernetesDriver:
                          self.core.create_namespaced_persistent_volume_claim,
                          self.core.read_namespaced_persistent_volume_claim)
         try:
-            body = k8s_objects.job(plan, spec.workspace_root)
+            body = k8s_objects.job(plan, spec.workspace_root, self.runner_env)
         except ValueError as error:
             raise DriverError(FailureKind.BUILD_REQUIRED, str(error)) from None
         created, adopted = self._ensure("Job", body, self.batch.create_namespaced_job,
                                         self.batch.read_namespaced_job)
         secret = k8s_objects.per_job_secret(plan, created.metadata.uid, secret_data(spec))
-        self._ensure("Secret", secret, self.core.create_namespaced_secret,
-                     self.core.read_namespaced_secret)
+        self._ensure("Secret", secret, self.core.create_namespaced_secret, None)
         return JobHandle(self.name, plan.job_name, f"job:{self.namespace}/{plan.job_name}",
                          adopted)
 
     def _ensure(self, kind: str, body: k8s_objects.K8sObject, create: Callable[..., Any],
-                read: Callable[..., Any]) -> tuple[Any, bool]:
-        """Create ``body``; on AlreadyExists read and adopt it."""
+                read: Callable[..., Any] | None) -> tuple[Any, bool]:
+        """Create ``body``; on AlreadyExists read and adopt it (``read`` None: adopt unread)."""
         metadata, timeout = body["metadata"], self.request_timeout
         assert isinstance(metadata, dict)
         name = metadata["name"]
@@ -102,6 +114,8 @@ class KubernetesDriver:
             if error.status != 409:
                 raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes refused the {kind} "
                                   f"(HTTP {error.status})") from None
+        if read is None:
+            return None, True
         try:
             return self._retrying(kind, partial(read, name, self.namespace,
                                                 _request_timeout=timeout)), True
@@ -142,16 +156,41 @@ class KubernetesDriver:
             return JobStatus(JobState.RUNNING)
         status = found.status
         if status is None:
-            return JobStatus(JobState.RUNNING)
+            return self._pod_fallback(runner_job_id) or JobStatus(JobState.RUNNING)
         started = _moment(status.start_time)
         if status.succeeded:
             return JobStatus(JobState.COMPLETED, exit_code=0, started_at=started,
                              finished_at=_moment(status.completion_time)
                              or _ended(status, "Complete"))
         if status.failed:
-            return JobStatus(JobState.FAILED, failure_message="the runner job's pod failed",
-                             started_at=started, finished_at=_ended(status, "Failed"))
-        return JobStatus(JobState.RUNNING)
+            fallback = self._pod_fallback(runner_job_id) or JobStatus(
+                JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
+                failure_message="the runner job's pod failed without reporting its exit")
+            return dataclasses.replace(fallback, started_at=started,
+                                       finished_at=_ended(status, "Failed"))
+        return self._pod_fallback(runner_job_id) or JobStatus(JobState.RUNNING)
+
+    def _pod_fallback(self, runner_job_id: str) -> JobStatus | None:
+        """What the job's pods say when the runner could not report: kubelet's refusal to
+        configure a container, or a container's end with the runner's termination message."""
+        try:
+            pods = self.core.list_namespaced_pod(
+                self.namespace, label_selector=f"svc/runner-job-id={runner_job_id}",
+                _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return None
+        for pod in pods.items or []:
+            labels = getattr(pod.metadata, "labels", None) or {}
+            if labels.get("svc/runner-job-id") != runner_job_id:
+                continue  # the selector, checked again: a server may not have applied it
+            status = pod.status
+            containers = [*(getattr(status, "init_container_statuses", None) or []),
+                          *(getattr(status, "container_statuses", None) or [])]
+            for container in containers:
+                seen = pod_container_status(container)
+                if seen is not None:
+                    return seen
+        return None
 
     async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Resolve or create the session's PVC; its phase (``Pending`` until bound)."""
@@ -178,13 +217,14 @@ class KubernetesDriver:
                                   f"PersistentVolumeClaim (HTTP {error.status})") from None
 
     async def cancel(self, runner_job_id: str) -> None:
-        """Delete the Job (its pods and its owned Secret go with it)."""
+        """Delete the Job in the foreground: it goes once its pods (and its owned Secret)
+        are gone, so no pod of a cancelled job outlives it."""
         await asyncio.to_thread(self._cancel, runner_job_id)
 
     def _cancel(self, runner_job_id: str) -> None:
         try:
             self.batch.delete_namespaced_job(job_name(runner_job_id), self.namespace,
-                                             propagation_policy="Background",
+                                             propagation_policy="Foreground",
                                              _request_timeout=self.request_timeout)
         except ApiException as error:
             if error.status != 404:
@@ -192,9 +232,48 @@ class KubernetesDriver:
                                   f"(HTTP {error.status})") from None
 
 
+def pod_container_status(container: Any) -> JobStatus | None:
+    """A failed container's state as the job's outcome, or None while it is fine.
+
+    A container kubelet would not configure (a missing secret or key behind a
+    ``secretKeyRef``) is ``secret-unavailable``; a container that ended with a non-zero code
+    carries the runner's termination message (``{"failureKind", "failureMessage"}``), else
+    the runner was lost before it could say more."""
+    state = getattr(container, "state", None)
+    waiting = getattr(state, "waiting", None)
+    if waiting is not None and waiting.reason == "CreateContainerConfigError":
+        return JobStatus(JobState.BLOCKED, failure_kind=FailureKind.SECRET_UNAVAILABLE,
+                         failure_message=f"kubelet could not configure the runner's container "
+                                         f"{container.name}: a referenced secret or key is "
+                                         f"missing")
+    ended = getattr(state, "terminated", None)
+    if ended is None or not ended.exit_code:
+        return None
+    told = termination_message(ended.message)
+    kind = told.get("failureKind") or FailureKind.RUNNER_LOST
+    message = told.get("failureMessage") or (
+        f"the runner's container {container.name} ended with {ended.exit_code} "
+        f"({ended.reason or 'no reason'}) without reporting its exit")
+    return JobStatus(job_state_of_failure(kind), exit_code=ended.exit_code, failure_kind=kind,
+                     failure_message=message[:500], finished_at=_moment(ended.finished_at))
+
+
+def termination_message(text: str | None) -> dict[str, str]:
+    """The runner's termination message: a small JSON object of strings (else nothing)."""
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {key: str(value[key])[:500] for key in ("failureKind", "failureMessage")
+            if isinstance(value.get(key), str)}
+
+
 def secret_data(spec: JobSpec) -> dict[str, str]:
-    """The per-job Secret's data: the job spec (no secret value) and the transient env."""
-    encoded = {JOB_SPEC_KEY: json.dumps(spec.public())}
+    """The per-job Secret's data: the job spec (no secret value), the transient env and the
+    runner's token."""
+    encoded = {JOB_SPEC_KEY: json.dumps(spec.public()), RUNNER_TOKEN_KEY: spec.runner_token}
     encoded.update(spec.job_secret)
     return {key: base64.b64encode(value.encode()).decode() for key, value in encoded.items()}
 

@@ -60,7 +60,11 @@ from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.assembly.resolve import Resolver
-from runner_assembly.assembly.secret_store import FileSecretStore
+from runner_assembly.assembly.secret_store import (
+    CheckedInTheJob,
+    FileSecretStore,
+    SecretStore,
+)
 from runner_assembly.assembly.transient_env import check_transient_env
 from runner_assembly.drivers import faults
 from runner_assembly.drivers.protocol import (
@@ -117,7 +121,8 @@ class Dispatcher:
         self.writer = writer
         self.driver = driver
         self.settings = settings
-        self.secrets = FileSecretStore(settings.secrets_dir)
+        self.secrets: SecretStore = (CheckedInTheJob() if settings.driver == "kubernetes"
+                                     else FileSecretStore(settings.secrets_dir))
         self.resolver = Resolver(namespace=settings.namespace, driver=settings.driver,
                                  secrets=self.secrets, defaults=settings.defaults,
                                  storage_class=settings.storage_class,

@@ -158,12 +158,16 @@ class RunnerProtocol:
             return await self.driver.status(runner_job_id)
         if job.exit is not None:
             return _reported(job)
+        lost = _lost(job, "the runner's lease expired: no heartbeat for "
+                          f"{int(self.lease.total_seconds())} s")
+        if job.ended == FailureKind.RUNNER_LOST:
+            return lost
         moment = now or datetime.now(UTC)
         if job.last_seen and moment - datetime.fromisoformat(job.last_seen) > self.lease:
-            if stop_lost:
+            if stop_lost:  # ended first: a runner woken by the stop cannot renew its lease
+                await self.end(runner_job_id, FailureKind.RUNNER_LOST)
                 await self.driver.cancel(runner_job_id)
-            return _lost(job, "the runner's lease expired: no heartbeat for "
-                              f"{int(self.lease.total_seconds())} s")
+            return lost
         there = await self.driver.status(runner_job_id)
         if not there.terminal:
             return JobStatus(JobState.RUNNING, assembly=job.assembly, thread_id=job.thread_id,
@@ -173,6 +177,8 @@ class RunnerProtocol:
             return _reported(job)
         # The fallback when a runner dies before it reports: what the driver saw (pod status
         # and termination message; a local process gone: runner-lost).
+        if stop_lost and there.failure_kind == FailureKind.SECRET_UNAVAILABLE:
+            await self.driver.cancel(runner_job_id)  # kubelet would retry it forever
         return dataclasses.replace(there, assembly=there.assembly or job.assembly,
                                    thread_id=there.thread_id or job.thread_id,
                                    startup=there.startup or job.startup)

@@ -26,7 +26,6 @@ import json
 import os
 import secrets
 import signal
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,11 +34,12 @@ from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import CHANNEL_FILES, JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.backend_run import run_relayed
 from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout, local_layout
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
-from runner_assembly.runner.masking import Masker, Relays
+from runner_assembly.runner.masking import Masker
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume, summarize
@@ -105,17 +105,7 @@ def run(folder: Path, secret_root: Path, client: ManagerClient,
         layout.workspace)
     started = now()
     try:
-        with (folder / "prompt.txt").open("rb") as stdin, \
-                (folder / CHANNEL_FILES["output"]).open("wb") as stdout, \
-                (folder / "stderr.log").open("wb") as stderr, \
-                subprocess.Popen(command, cwd=layout.workspace, stdin=stdin,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=launch.env) as backend:
-            assert backend.stdout is not None and backend.stderr is not None
-            relays = Relays([(backend.stdout, stdout), (backend.stderr, stderr)], MASKER)
-            code = backend.wait()
-            finished = now()
-            relays.join()
+        code, finished = run_relayed(command, layout.workspace, launch.env, folder, MASKER)
     except OSError as error:
         return _spawn_failed(folder, spawn_failure(error, spec["backend_command"],
                                                    layout.workspace))
