@@ -25,12 +25,13 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable
-from typing import IO, overload
+from typing import IO, TYPE_CHECKING, overload
 from urllib.parse import quote, quote_plus
 
 import re2
 
-from ledger.redaction import RE2Pattern
+if TYPE_CHECKING:
+    from ledger.redaction import RE2Pattern
 
 MIN_MASK_LENGTH = 6
 """Shorter values are not masked by value: they would cut ordinary words and numbers."""
