@@ -51,10 +51,10 @@ def decode(raw: bytes, kind: type[T], *, empty_ok: bool, gate: Gate | None = Non
             value = _decoder(kind).decode(raw)
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError,
                 UnicodeDecodeError):
-            value = convert(_parse(raw, Any), kind)
+            value = convert(_parse(raw, object), kind)
         check_strings(msgspec.to_builtins(value))
         return value
-    document: Any = _parse(raw, Any)
+    document = _parse(raw, object)
     check_strings(document)
     gate(document)
     return convert(document, kind)
@@ -69,7 +69,7 @@ def _parse(raw: bytes, kind: type[T]) -> T:
         raise InvalidRequest("body is not valid JSON") from None
 
 
-def convert(value: Any, kind: type[T]) -> T:
+def convert(value: object, kind: type[T]) -> T:
     """Convert decoded JSON into ``kind`` or raise ``invalid-request`` naming the problem.
 
     A JSON number with a zero fraction (``43.0``, ``1e2``) is an integer in JSON Schema, so
@@ -91,7 +91,7 @@ _FLOAT_FOR_INT = re.compile(r"^Expected `int`, got `float` - at `\$((?:\.\w+|\[\
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 
-def _integral_float_as_int(document: Any, error: str) -> Any | None:
+def _integral_float_as_int(document: object, error: str) -> object | None:
     """``document`` with the integral float the error points at made an int, else None."""
     match = _FLOAT_FOR_INT.match(error)
     if match is None:
@@ -101,7 +101,7 @@ def _integral_float_as_int(document: Any, error: str) -> Any | None:
     return _replace(document, steps)
 
 
-def _replace(node: Any, steps: list[str | int]) -> Any | None:
+def _replace(node: object, steps: list[str | int]) -> object | None:
     if not steps:
         return int(node) if isinstance(node, float) and node.is_integer() else None
     step, rest = steps[0], steps[1:]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import swagger_ui
 from litestar import Request, Router, get
+from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
@@ -19,6 +20,7 @@ from litestar.params import PathParameter
 from litestar.response import File
 
 from api.openapi import complete
+from ledger.jsonvalue import JSONObject
 from ledger.version import VERSION
 
 SCHEMA_PATH = "/api/v1/schema"
@@ -42,9 +44,10 @@ class CompletedJson(JsonRenderPlugin):
 
     def __init__(self) -> None:
         super().__init__(path="/openapi.json")
-        self._document: dict[str, Any] | None = None
+        self._document: JSONObject | None = None
 
-    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+    def render(self, request: Request[object, object, State],
+               openapi_schema: JSONObject) -> bytes:
         """The completed document, as JSON."""
         if self._document is None:
             self._document = complete(request.app, openapi_schema)
@@ -57,7 +60,8 @@ class LocalSwaggerUI(OpenAPIRenderPlugin):
     def __init__(self) -> None:
         super().__init__(path=["/", "/swagger"], favicon="", style="")
 
-    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+    def render(self, request: Request[object, object, State],
+               openapi_schema: JSONObject) -> bytes:
         """The HTML page."""
         return page().encode()
 

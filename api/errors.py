@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import msgspec
 from litestar import Request, Response
+from litestar.datastructures import State
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
 
@@ -45,7 +45,7 @@ CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-all
                   413: "payload-too-large", 503: "infra-failed"}
 
 
-def envelope(code: str, message: str, details: dict[str, Any] | None = None,
+def envelope(code: str, message: str, details: dict[str, object] | None = None,
              status: int | None = None,
              headers: dict[str, str] | None = None) -> Response[bytes]:
     """An error response; message and details pass through the redaction function."""
@@ -80,7 +80,8 @@ READ_ERRORS = error_responses(400, 404, 503)
 WRITE_ERRORS = error_responses(400, 404, 409, 413, 422, 503)
 
 
-def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+def handle_exception(request: Request[object, object, State],
+                     error: Exception) -> Response[bytes]:
     """Translate any exception raised while serving a request into the error envelope."""
     if isinstance(error, DomainError):
         return envelope(error.code, error.message, error.details)
@@ -108,7 +109,7 @@ def handle_exception(request: Request[Any, Any, Any], error: Exception) -> Respo
                     None, 500)
 
 
-def _problem(problem: Any) -> dict[str, Any]:
+def _problem(problem: object) -> dict[str, str]:
     if isinstance(problem, dict):
         return {k: str(v) for k, v in problem.items() if k in ("key", "message", "source")}
     return {"message": str(problem)}

@@ -9,8 +9,8 @@ integer bounds written as integers.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 from litestar import Litestar, post
@@ -21,12 +21,14 @@ from litestar.params import ParameterKwarg
 from litestar.routes import HTTPRoute
 from litestar.status_codes import HTTP_200_OK
 
+from ledger.jsonvalue import JSONObject, JSONValue
+
 REF_TEMPLATE = "#/components/schemas/{name}"
 NO_NUL = "^[^\\u0000]*$"
 """Every string of a body: ``api.body.check_strings`` refuses NUL characters anywhere."""
 JSON_VALUE = "JsonValue"
 JSON_OBJECT = "JsonObject"
-FREE_FORM: dict[str, dict[str, Any]] = {
+FREE_FORM: dict[str, JSONObject] = {
     JSON_VALUE: {"description": "Any JSON value without NUL characters in its strings.",
                  "anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
                            {"type": "string", "pattern": NO_NUL},
@@ -48,67 +50,76 @@ class Body:
     """What a route reads from its body: the wire type, whether an empty body is refused,
     and an example the API accepts."""
 
-    kind: type[Any]
+    kind: type
     required: bool
-    example: Any
+    example: JSONValue
     description: str = ""
     empty_object: bool = False
 
 
-def body(kind: type[Any], example: Any, *, required: bool = True, description: str = "",
-         empty_object: bool = False) -> dict[str, Any]:
+def body(kind: type, example: JSONValue, *, required: bool = True, description: str = "",
+         empty_object: bool = False) -> dict[str, object]:
     """``opt`` of a route that reads a JSON body of ``kind`` (or, with ``empty_object``,
     ``{}``)."""
     return {BODY_KEY: Body(kind, required, example, description, empty_object)}
 
 
-def command(path: str, kind: type[object], example: object,
+def command(path: str, kind: type[object], example: JSONValue,
             responses: dict[int, ResponseSpec], *, required: bool = True) -> post:
     """``@post`` of a route answering 200 that reads a JSON body of ``kind``."""
     return post(path, status_code=HTTP_200_OK, responses=responses,
                 opt=body(kind, example, required=required))
 
 
-def also_ok(description: str) -> dict[str, Any]:
+def also_ok(description: str) -> dict[str, object]:
     """``opt`` of a route answering 201 that also answers 200 (dry run, replay)."""
     return {OK_KEY: description}
 
 
-def complete(app: Litestar, document: dict[str, Any]) -> dict[str, Any]:
+def complete(app: Litestar, document: JSONObject) -> JSONObject:
     """A copy of Litestar's ``document`` with every body, extra 200 and exact integer bound."""
     done = copy.deepcopy(document)
-    schemas = done.setdefault("components", {}).setdefault("schemas", {})
+    schemas = _member(_member(done, "components"), "schemas")
+    paths = _member(done, "paths")
     for route in app.routes:
         if not isinstance(route, HTTPRoute):
             continue
-        item = done["paths"].get(route.path_format)
-        if item is None:
+        item = paths.get(route.path_format)
+        if not isinstance(item, dict):
             continue
         for handler in route.route_handlers:
             for method in handler.http_methods:
                 operation = item.get(method.lower())
-                if operation is not None:
+                if isinstance(operation, dict):
                     _complete_operation(operation, handler.opt, schemas)
                     _exact_bounds(operation, handler)
     return done
 
 
-def _complete_operation(operation: dict[str, Any], opt: dict[str, Any],
-                        schemas: dict[str, Any]) -> None:
+def _member(parent: JSONObject, key: str) -> JSONObject:
+    """The object ``parent[key]``, added empty when absent."""
+    child = parent.setdefault(key, {})
+    if not isinstance(child, dict):
+        raise ValueError(f"OpenAPI member {key} is not an object")
+    return child
+
+
+def _complete_operation(operation: JSONObject, opt: Mapping[str, object],
+                        schemas: JSONObject) -> None:
     spec = opt.get(BODY_KEY)
     if isinstance(spec, Body):
         operation["requestBody"] = _request_body(spec, schemas)
     ok = opt.get(OK_KEY)
-    if isinstance(ok, str) and "201" in operation["responses"]:
-        created = copy.deepcopy(operation["responses"]["201"])
-        created["description"] = ok
-        operation["responses"]["200"] = created
+    responses = _member(operation, "responses")
+    created = responses.get("201")
+    if isinstance(ok, str) and isinstance(created, dict):
+        responses["200"] = {**copy.deepcopy(created), "description": ok}
 
 
-def _request_body(spec: Body, schemas: dict[str, Any]) -> dict[str, Any]:
+def _request_body(spec: Body, schemas: JSONObject) -> JSONObject:
     schemas.update(FREE_FORM)
     if spec.kind is ANY_JSON:
-        schema: dict[str, Any] = {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}
+        schema: JSONObject = {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}
     else:
         (schema,), components = msgspec.json.schema_components(
             [spec.kind], ref_template=REF_TEMPLATE)
@@ -119,8 +130,8 @@ def _request_body(spec: Body, schemas: dict[str, Any]) -> dict[str, Any]:
             schemas[name] = component
     if spec.empty_object:
         schema = {"anyOf": [schema, {"type": "object", "maxProperties": 0}]}
-    media: dict[str, Any] = {"schema": schema, "example": spec.example}
-    answer: dict[str, Any] = {"required": spec.required, "content": {"application/json": media}}
+    media: JSONObject = {"schema": schema, "example": spec.example}
+    answer: JSONObject = {"required": spec.required, "content": {"application/json": media}}
     if spec.description:
         answer["description"] = spec.description
     elif not spec.required:
@@ -128,9 +139,9 @@ def _request_body(spec: Body, schemas: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _text_rules(node: Any) -> Any:
+def _text_rules(node: JSONValue) -> JSONValue:
     """The body rules no msgspec type states: no NUL in a string, and a free-form object
-    (``dict[str, Any]``) holds JSON without NUL."""
+    (``{"type": "object"}``) holds JSON without NUL."""
     if isinstance(node, list):
         return [_text_rules(child) for child in node]
     if not isinstance(node, dict):
@@ -146,10 +157,12 @@ def _text_rules(node: Any) -> Any:
 BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
 
 
-def _exact_bounds(operation: dict[str, Any], handler: HTTPRouteHandler) -> None:
+def _exact_bounds(operation: JSONObject, handler: HTTPRouteHandler) -> None:
     """Litestar writes ``ge``/``le`` as floats (``2**62`` becomes ``4.6e18``); each
     parameter's bounds are written back exactly as the code compares them."""
-    documented = {(p["in"], p["name"]): p for p in operation.get("parameters", [])}
+    listed = operation.get("parameters")
+    parameters = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
+    documented = {(p["in"], p["name"]): p for p in parameters}
     for field_name, field in handler.parsed_fn_signature.parameters.items():
         kwarg = field.kwarg_definition
         if not isinstance(kwarg, ParameterKwarg):
@@ -157,9 +170,10 @@ def _exact_bounds(operation: dict[str, Any], handler: HTTPRouteHandler) -> None:
         place = getattr(kwarg, "param_type", ParamType.QUERY).value
         name = kwarg.name or kwarg.query or kwarg.header or field_name
         parameter = documented.get((place, name))
-        if parameter is None:
+        schema = None if parameter is None else parameter.get("schema")
+        if not isinstance(schema, dict):
             continue
         for attribute, keyword in BOUNDS.items():
             bound = getattr(kwarg, attribute)
             if bound is not None:
-                parameter["schema"][keyword] = bound
+                schema[keyword] = bound

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
 
 import msgspec
 from litestar import Response
@@ -53,7 +52,7 @@ class ReadCache:
             self._entries.popitem(last=False)
 
     async def answer(self, key: Hashable, head: int,
-                     compute: Callable[[], Awaitable[tuple[int, Any]]]) -> Response[Any]:
+                     compute: Callable[[], Awaitable[tuple[int, object]]]) -> Response[bytes]:
         """The JSON answer to ``key`` at ``head``: stored, or computed (with the head its
         snapshot saw), encoded once and stored."""
         body = self.get(key, head)

@@ -9,7 +9,7 @@ import resource
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypedDict
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -211,7 +211,29 @@ WORKER_PROTOCOL = "api.worker:Protocol"
 """Where a worker process of ``--workers N`` finds its protocol (built there, from the env)."""
 
 
-def uvicorn_options(settings: HttpSettings, workers: int = 1) -> dict[str, Any]:
+class UvicornOptions(TypedDict):
+    """The keyword arguments :func:`uvicorn_options` gives ``uvicorn.run``."""
+
+    http: type[DeadlineProtocol] | str
+    ws: Literal["none"]
+    loop: Literal["uvloop"]
+    workers: int
+    timeout_keep_alive: int
+    timeout_graceful_shutdown: int
+
+
+class ServeOptions(UvicornOptions):
+    """Every keyword argument ``svc serve`` gives uvicorn (``uvicorn.run`` or its
+    supervisor)."""
+
+    host: str
+    port: int
+    log_level: str
+    access_log: bool
+    log_config: None
+
+
+def uvicorn_options(settings: HttpSettings, workers: int = 1) -> UvicornOptions:
     """Keyword arguments for ``uvicorn.run``: uvloop, our protocol, the keep-alive timeout
     and the shutdown grace. With one worker, raises this process's soft fd limit first; with
     more, each worker builds its protocol (and raises its own limit) when it starts."""

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
+from typing import Unpack
 
 from litestar import Litestar
 
 from api.server import (
     DeadlineProtocol,
     HttpSettings,
+    ServeOptions,
     connection_cap,
     protocol_class,
     raise_fd_limit,
@@ -44,7 +45,7 @@ def __getattr__(name: str) -> type[DeadlineProtocol]:
     raise AttributeError(name)
 
 
-def supervise(app: str, **options: Any) -> bool:
+def supervise(app: str, **options: Unpack[ServeOptions]) -> bool:
     """Serve ``app`` (a factory's import string) with uvicorn's supervisor until SIGTERM or
     SIGINT stops every worker; False when a worker could not start (all were stopped)."""
     from uvicorn.config import STARTUP_FAILURE, Config

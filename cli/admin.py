@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from cyclopts import App, Parameter
 
@@ -13,6 +13,8 @@ from cli import render
 
 if TYPE_CHECKING:
     import asyncpg
+
+    from ledger.database import EmbeddedServer
 
 db_app = App(name="db", help="Database schema.")
 ledger_app = App(name="ledger", help="The append-only ledger: replay and audit.")
@@ -22,7 +24,8 @@ class NoServiceData(Exception):
     """There is no database to read here: no SVC_DATABASE_URL and no embedded one."""
 
 
-async def _connect(*, owner: bool = False) -> tuple[asyncpg.Connection, Any]:
+async def _connect(
+        *, owner: bool = False) -> tuple[asyncpg.Connection, EmbeddedServer | None]:
     """A connection as the service's role, or as the schema owner (migrations).
 
     Only ``svc db migrate`` (``owner``) may start a new embedded database: reading commands

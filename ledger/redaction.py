@@ -10,8 +10,8 @@ with RE2, so a pass is linear in the text, whatever the text holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Protocol, overload
 
 import re2
 
@@ -22,9 +22,27 @@ _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 64 << 20
 
 
-def _compile(pattern: str) -> Any:
+class RE2Match(Protocol):
+    """What the code reads of an RE2 match over bytes (the binding ships no types)."""
+
+    def __getitem__(self, group: int) -> bytes: ...
+    def start(self) -> int: ...
+    def end(self) -> int: ...
+
+
+class RE2Pattern(Protocol):
+    """What the code calls on an RE2 pattern compiled for bytes."""
+
+    def search(self, text: bytes) -> RE2Match | None: ...
+    def fullmatch(self, text: bytes) -> RE2Match | None: ...
+    def finditer(self, text: bytes) -> Iterator[RE2Match]: ...
+    def sub(self, replace: bytes | Callable[[RE2Match], bytes], text: bytes) -> bytes: ...
+
+
+def _compile(pattern: str) -> RE2Pattern:
     """Compiled for UTF-8 bytes: the str path of the binding costs more per match."""
-    return re2.compile(pattern.encode(), _OPTIONS)
+    compiled: RE2Pattern = re2.compile(pattern.encode(), _OPTIONS)
+    return compiled
 
 
 _URL_CREDENTIALS = _compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s]*@")
@@ -99,12 +117,12 @@ def redact_text(text: str) -> str:
     return str(data.decode(errors="surrogatepass"))
 
 
-def _using(rewrite: Callable[[str], str]) -> Callable[[Any], bytes]:
+def _using(rewrite: Callable[[str], str]) -> Callable[[RE2Match], bytes]:
     return lambda match: rewrite(match[0].decode(errors="surrogatepass")).encode(
         errors="surrogatepass")
 
 
-_PASSES: list[tuple[Any, Callable[[Any], bytes]]] = [
+_PASSES: list[tuple[RE2Pattern, Callable[[RE2Match], bytes]]] = [
     (_PRIVATE_KEY, lambda _: REDACTED.encode()),
     (_URL_CREDENTIALS, _using(_userinfo)),
     (_URL_USER_TOKEN, _using(_userinfo)),
@@ -114,7 +132,11 @@ _PASSES: list[tuple[Any, Callable[[Any], bytes]]] = [
 ]
 
 
-def redact(value: Any) -> Any:
+@overload
+def redact(value: dict[str, object]) -> dict[str, object]: ...
+@overload
+def redact(value: object) -> object: ...
+def redact(value: object) -> object:
     """Redact every string inside a JSON-like value; values under secret-named keys go whole."""
     if isinstance(value, str):
         return redact_text(value)
@@ -132,6 +154,6 @@ def _secret_key(key: str) -> bool:
     return _SECRET_KEY.fullmatch(key.encode(errors="surrogatepass")) is not None
 
 
-def value_is_set(value: Any) -> bool:
+def value_is_set(value: object) -> bool:
     """True for a value that could carry a secret (not None, not empty)."""
     return value not in (None, "", [], {})

@@ -9,7 +9,6 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import msgspec
@@ -21,7 +20,7 @@ from ledger.errors import (
     LedgerUnavailable,
     StreamVersionConflict,
 )
-from ledger.events import event_encoder, event_type_of
+from ledger.events import LedgerEvent, event_encoder, event_type_of
 from ledger.hashing import entry_hash
 from ledger.sqlfile import load_queries
 from ledger.streams import STREAM_KINDS, RecordedEntry
@@ -45,7 +44,7 @@ class PendingEvent:
     stream_type: str
     stream_id: str
     stream_version: int
-    event: Any
+    event: LedgerEvent
     actor: str
     recorded_at: datetime
 
@@ -152,7 +151,7 @@ def prepare_append(
 ) -> tuple[Head, list[RecordedEntry], list[Statement]]:
     """The entries of ``pending`` after ``head`` (hash-chained) and the statements that
     insert them and advance the head; for a caller holding the head locked to run."""
-    columns: list[list[Any]] = [[] for _ in range(10)]
+    columns: list[list[object]] = [[] for _ in range(10)]
     recorded: list[RecordedEntry] = []
     seq, prev = head.last_seq, head.last_hash
     for item in pending:

@@ -20,6 +20,7 @@ import asyncpg
 from ledger import store
 from ledger.database import DbConnection
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
+from ledger.events import LedgerEvent
 from ledger.streams import Command, RecordedEntry, stream_kind_for
 from ledger.together import Statement, execute_together
 
@@ -35,7 +36,7 @@ class Outcome:
     ``entries`` are those events as committed (changeSeq, version, time)."""
 
     stream_id: str
-    events: list[Any]
+    events: list[LedgerEvent]
     state: Any
     change_seq: int | None = None
     before: Any = None

@@ -137,7 +137,8 @@ def _duration(row: TaskSummaryRow, entry: RecordedEntry) -> int | None:
     return (entry.recorded_at - started) // timedelta(milliseconds=1)
 
 
-def _latest(row: TaskSummaryRow, event: Any, **fields: Any) -> dict[str, Any] | None:
+def _latest(row: TaskSummaryRow, event: ev.TaskEvent,
+            **fields: object) -> dict[str, object] | None:
     """The latest attempt after an event: changed only when the event concerns it (a cancel
     concerns the latest attempt; an attempt event, the attempt it names)."""
     attempt = row.latest_attempt

@@ -8,8 +8,6 @@ the controlled defaults.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from runner_assembly.assembly.defaults import RuntimeDefaults
@@ -20,7 +18,7 @@ from runner_assembly.assembly.model import (
 )
 
 
-def check_transient_env(env: dict[str, str], contract: dict[str, Any],
+def check_transient_env(env: dict[str, str], contract: dict[str, object],
                         defaults: RuntimeDefaults) -> None:
     """``schema-invalid`` for a forbidden name or an ``ext-ssh`` run without an endpoint.
 

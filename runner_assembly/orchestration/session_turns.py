@@ -51,7 +51,7 @@ async def folded(pool: asyncpg.Pool, kind: StreamKind, stream_id: str) -> Any:
     return state
 
 
-def choose_thread(payload_thread: Any, ref_thread: Any, session_thread: str | None,
+def choose_thread(payload_thread: object, ref_thread: object, session_thread: str | None,
                   persistent: bool) -> str | None:
     """SPEC 9: the command's ``payload.threadId``, else ``sessionRef.threadId``, else the
     session's recorded thread; without a session volume every turn starts a new thread."""

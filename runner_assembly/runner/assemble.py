@@ -18,6 +18,7 @@ from ledger.redaction import redact
 from runner_assembly.assembly import workspace_root
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 from runner_assembly.runner import capabilities, projection, smoke
+from runner_assembly.runner.jobspec import BundleSpec, PlanSpec, RunnerSpec, SessionVolumeSpec
 from runner_assembly.runner.layout import Layout
 
 if TYPE_CHECKING:  # bundle and prompts (git, shutil, lzma) load only for a bundle job
@@ -37,13 +38,13 @@ class Launch:
 class Assembler:
     """Runs the assembly steps for one job and keeps the event they build."""
 
-    def __init__(self, spec: dict[str, Any], layout: Layout, secrets: projection.SecretSource,
+    def __init__(self, spec: RunnerSpec, layout: Layout, secrets: projection.SecretSource,
                  job_secret_dir: Path, *, mounted: bool = False) -> None:
         """``mounted``: the platform already mounts volume credentials and injects env
         credentials (a Kubernetes pod); otherwise the runner projects them itself."""
         self.mounted = mounted
         self.spec = spec
-        self.plan: dict[str, Any] = spec["plan"]
+        self.plan: PlanSpec = spec["plan"]
         self.layout = layout
         self.secrets = secrets
         self.masker = secrets.masker
@@ -148,7 +149,7 @@ class Assembler:
             protected.append(("the session directory", Path(self.spec["volume_dir"])))
         return protected
 
-    def _record_bundle(self, summary: dict[str, Any], made: bundle.Materialized) -> None:
+    def _record_bundle(self, summary: BundleSpec, made: bundle.Materialized) -> None:
         self.event.update({
             "repository": {"repoUrl": summary["repoUrl"], "requestedRef": summary["ref"],
                            "requestedCommit": summary["commitId"], "branch": summary["branch"],
@@ -186,8 +187,9 @@ class Assembler:
             "SVC_RUN_ID": plan["ids"]["runId"], "SVC_SESSION_ID": self.spec["session_id"],
             "SVC_BACKEND_PROFILE": plan["backendProfile"], "SVC_SKILLS_DIRS": skill_dirs,
         }
-        if self.spec.get("thread_id"):
-            env["SVC_THREAD_ID"] = self.spec["thread_id"]
+        thread_id = self.spec.get("thread_id")
+        if thread_id:
+            env["SVC_THREAD_ID"] = thread_id
         volume = plan["sessionVolume"]
         if volume is not None:
             layout.session_dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +211,7 @@ class Assembler:
         return event
 
 
-def _session_ref(volume: dict[str, Any] | None) -> dict[str, Any] | None:
+def _session_ref(volume: SessionVolumeSpec | None) -> dict[str, str | None] | None:
     if volume is None:
         return None
     return {"sessionId": volume["sessionId"], "conversationId": volume["conversationId"],

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner import git
+from runner_assembly.runner.jobspec import BundleItemSpec, BundleSpec
 from runner_assembly.runner.layout import Layout
 
-DEFAULT_BUNDLES = ({"name": "tools", "subpath": "tools", "target_path": "tools"},
-                   {"name": "skills", "subpath": "skills", "target_path": ".agents/skills"})
+DEFAULT_BUNDLES: tuple[BundleItemSpec, ...] = (
+    {"name": "tools", "subpath": "tools", "target_path": "tools"},
+    {"name": "skills", "subpath": "skills", "target_path": ".agents/skills"})
 """The default canary mapping, applied when ``bundles[]`` is empty."""
 SKILLS_TARGET = ".agents/skills"
 TOOLS_TARGET = "tools"
@@ -52,7 +54,7 @@ def sha256_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def materialize(summary: dict[str, Any], layout: Layout,
+def materialize(summary: BundleSpec, layout: Layout,
                 credential_dir: Path | None) -> Materialized:
     """Fetch, verify, check out and copy the bundle into the overlay."""
     fetch_of = {f["repoUrl"]: f["fetchRepoUrl"] for f in summary["fetches"]}
@@ -83,7 +85,7 @@ def materialize(summary: dict[str, Any], layout: Layout,
     return result
 
 
-def _source_of(item: dict[str, Any], summary: dict[str, Any], layout: Layout,
+def _source_of(item: BundleItemSpec, summary: BundleSpec, layout: Layout,
                fetch_of: dict[str, str], credential_dir: Path | None,
                top: tuple[str, str]) -> tuple[Path, str]:
     """The checkout an item copies from: the workspace, or its own pinned clone."""
@@ -132,7 +134,7 @@ def _prepare_tools(result: Materialized, tool_dir: Path) -> None:
 
 
 def _discover_skills(result: Materialized, skills_dir: Path,
-                     items: Any) -> None:
+                     items: Sequence[BundleItemSpec]) -> None:
     """List ``<name>/SKILL.md`` manifests: path, hash, size, a one-line summary, no body."""
     if not skills_dir.is_dir():
         return

@@ -9,7 +9,8 @@ the code-host CLI; an SSH key or a terminal passthrough token without ``ssh``).
 from __future__ import annotations
 
 import shutil
-from typing import Any
+
+from runner_assembly.runner.projection import SecretUseSpec
 
 SHELL_CAPABILITIES = {"gh": "code-host-cli", "curl": "http-client", "ssh": "ssh-client"}
 """The smoke-check tools that are shell capabilities, by the capability they provide."""
@@ -19,12 +20,12 @@ CREDENTIAL_TOOLS: dict[tuple[str, str | None], tuple[str, ...]] = {
 """The shell tools a tool credential is used with (``None``: any purpose)."""
 
 
-def _needed_by(use: dict[str, Any]) -> tuple[str, ...]:
+def _needed_by(use: SecretUseSpec) -> tuple[str, ...]:
     tool, purpose = str(use.get("tool")), use.get("purpose")
     return CREDENTIAL_TOOLS.get((tool, purpose)) or CREDENTIAL_TOOLS.get((tool, None), ())
 
 
-def capability_gaps(secrets: list[dict[str, Any]], smoke: list[dict[str, object]],
+def capability_gaps(secrets: list[SecretUseSpec], smoke: list[dict[str, object]],
                     path: str) -> list[dict[str, object]]:
     """Each missing shell capability once per need: ``capability``, ``tool``,
     ``requiredBy`` (``smoke-check`` or ``<tool>/<purpose>`` of a tool credential)."""

@@ -11,7 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Mapping
 
 RETRY_FOR_S = 120.0
 """How long a report is retried while the manager cannot be reached (a restart)."""
@@ -37,9 +37,9 @@ class ManagerClient:
         self.token = token
         self.retry_for_s = retry_for_s
 
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, path: str, body: Mapping[str, object]) -> dict[str, object]:
         """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
-        data = json.dumps(body).encode()
+        data = json.dumps(dict(body)).encode()
         deadline = time.monotonic() + self.retry_for_s
         pause = 0.1
         while True:
@@ -62,10 +62,10 @@ class ManagerClient:
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
 
-    def _job(self, message: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _job(self, message: str, body: Mapping[str, object]) -> dict[str, object]:
         return self.post(f"/api/v1/runner/jobs/{self.job}/{message}", body)
 
-    def claim(self, claimant: str, startup: dict[str, Any] | None = None) -> bool:
+    def claim(self, claimant: str, startup: Mapping[str, object] | None = None) -> bool:
         """Claim the job's start, with this runner's startup event; False: another runner
         has it, exit without starting."""
         return bool(self._job("claim", {"claimant": claimant, "startup": startup}).get("start"))
@@ -78,7 +78,7 @@ class ManagerClient:
         """Send batch number ``seq`` of a channel's lines."""
         self._job("lines", {"channel": channel, "seq": seq, "lines": lines})
 
-    def assembly(self, event: dict[str, Any]) -> None:
+    def assembly(self, event: Mapping[str, object]) -> None:
         """Send the bounded assembly event."""
         self._job("assembly", {"assembly": event})
 
@@ -86,11 +86,11 @@ class ManagerClient:
         """Report the thread the backend started or resumed."""
         self._job("thread", {"threadId": thread_id, "mode": mode})
 
-    def storage(self, session_id: str, summary: dict[str, Any]) -> None:
+    def storage(self, session_id: str, summary: Mapping[str, object]) -> None:
         """Write the session volume summary back (SPEC 4.2)."""
         self.post(f"/api/v1/sessions/{session_id}/storage/refresh", summary)
 
-    def exit(self, report: dict[str, Any]) -> None:
+    def exit(self, report: Mapping[str, object]) -> None:
         """Report how the job ended."""
         self._job("exit", report)
 

@@ -25,10 +25,13 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, overload
 from urllib.parse import quote, quote_plus
 
 import re2
+
+if TYPE_CHECKING:
+    from ledger.redaction import RE2Pattern
 
 MIN_MASK_LENGTH = 6
 """Shorter values are not masked by value: they would cut ordinary words and numbers."""
@@ -71,7 +74,7 @@ class Masker:
 
     def __init__(self) -> None:
         self._forms: set[bytes] = set()
-        self._pattern: Any = None
+        self._pattern: RE2Pattern | None = None
         self._dirty = False
         self._lock = threading.Lock()
         self.longest = 0
@@ -104,7 +107,7 @@ class Masker:
         self.add_all(content.splitlines())
         self.add_all(_structured_strings(content))
 
-    def _compiled(self) -> Any:
+    def _compiled(self) -> RE2Pattern | None:
         with self._lock:
             if self._dirty:
                 options = re2.Options()
@@ -126,7 +129,11 @@ class Masker:
         """:meth:`mask` for text."""
         return self.mask(text.encode()).decode(errors="replace") if self._forms else text
 
-    def mask_json(self, value: Any) -> Any:
+    @overload
+    def mask_json(self, value: dict[str, object]) -> dict[str, object]: ...
+    @overload
+    def mask_json(self, value: object) -> object: ...
+    def mask_json(self, value: object) -> object:
         """Mask every string (keys included) inside a JSON-like value."""
         if isinstance(value, str):
             return self.mask_text(value)
@@ -155,7 +162,7 @@ class Masker:
 
 def _structured_strings(content: str) -> list[str]:
     """Every string value of a JSON or TOML document; nothing for other content."""
-    document: Any = None
+    document: object = None
     try:
         document = json.loads(content)
     except ValueError:

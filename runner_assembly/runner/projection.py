@@ -30,6 +30,8 @@ class SecretUseSpec(TypedDict):
     namespace: str
     keys: list[str]
     projection: str
+    tool: NotRequired[str]
+    purpose: NotRequired[str]
     envName: NotRequired[str]
     mountPath: NotRequired[str]
 

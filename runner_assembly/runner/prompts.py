@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.git import inside
+from runner_assembly.runner.jobspec import PromptRefSpec
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Prompts:
     injected_text: str
 
 
-def read_prompts(refs: list[dict[str, Any]], checkout: Path, *, new_thread: bool,
+def read_prompts(refs: list[PromptRefSpec], checkout: Path, *, new_thread: bool,
                  max_bytes: int, max_total: int) -> Prompts:
     """Read every prompt reference against the checked-out bundle."""
     entries: list[dict[str, object]] = []

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from runner_assembly.runner.jobspec import RunnerSpec
 from runner_assembly.runner.layout import Layout
 
 BWRAP = "bwrap"
@@ -101,7 +101,7 @@ def command_files(command: Sequence[str]) -> list[Path]:
     return files
 
 
-def job_mounts(spec: dict[str, Any], layout: Layout, volume_dir: Path | None) -> Mounts:
+def job_mounts(spec: RunnerSpec, layout: Layout, volume_dir: Path | None) -> Mounts:
     """The mounts of one local job: what the backend of ``spec`` may see."""
     plan = spec["plan"]
     writable = [layout.home, layout.workspace_root]
@@ -110,8 +110,9 @@ def job_mounts(spec: dict[str, Any], layout: Layout, volume_dir: Path | None) ->
     readable = python_paths()
     readable += [path for path in command_files(spec["backend_command"])
                  if not _within(path.resolve(), [Path("/usr"), *readable])]
-    if spec.get("resource_bin_path"):
-        readable.append(Path(spec["resource_bin_path"]))
+    bin_path = spec.get("resource_bin_path")
+    if bin_path:
+        readable.append(Path(bin_path))
     tools = [layout.home_path(use["mountPath"]) for use in plan["secrets"]
              if use["role"] == "tool" and use["projection"] == "volume"]
     return Mounts(read_write=tuple(writable), read_only=tuple(readable),

@@ -6,13 +6,12 @@ smoke-check list); the driver hands it to the manager next to the assembly event
 
 from __future__ import annotations
 
-from typing import Any
-
 from runner_assembly.assembly.capability import runner_startup_summary
 from runner_assembly.assembly.failures import MINIMAL_PATH
+from runner_assembly.runner.jobspec import PlanSpec
 
 
-def startup_event(plan: dict[str, Any]) -> dict[str, object]:
+def startup_event(plan: PlanSpec) -> dict[str, object]:
     """The summary this runner starts with: version, tools with versions, dependency policy,
     ``valuesPrinted=false``."""
     return runner_startup_summary(["git", *plan.get("smokeTools", [])], MINIMAL_PATH)
