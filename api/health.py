@@ -19,7 +19,7 @@ async def health(queue_api: QueueDep) -> wire.Health:
     """The service is up and its database answers."""
     # One dependency: Litestar resolves two or more of a handler in a task group per request.
     return wire.Health(status="ok", version=VERSION, database="ok",
-                       change_seq=await queries.high_water(queue_api.pool),
+                       change_seq=await queue_api.head.read(),
                        work_ready=work_ready_summary(), sandbox=queue_api.settings.sandbox)
 
 
