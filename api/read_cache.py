@@ -130,6 +130,8 @@ class SharedHead:
         self._pool = pool
         self._next: asyncio.Future[int] | None = None
         self._running = False
+        self._task: asyncio.Task[None] | None = None
+        """The query under way (a reference, so it cannot be collected while it runs)."""
 
     async def read(self) -> int:
         """The last committed changeSeq, read after this call began."""
@@ -145,7 +147,8 @@ class SharedHead:
         answer, self._next = self._next, None
         if answer is not None:
             self._running = True
-            asyncio.get_running_loop().create_task(self._query(answer), name="ledger-head")
+            self._task = asyncio.get_running_loop().create_task(self._query(answer),
+                                                                name="ledger-head")
 
     async def _query(self, answer: asyncio.Future[int]) -> None:
         try:
