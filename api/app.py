@@ -141,9 +141,11 @@ def create_app(database_url: str, *, pool_size: int = 10,
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # Separate pools: fence waiters and reads can never starve the ledger writer.
-        pool = await create_pool(database_url, max_size=pool_size)
+        # Reads and short transactions leave no session state (advisory locks are taken on
+        # the fence pool only): no reset round trip when a read connection is released.
+        pool = await create_pool(database_url, max_size=pool_size, transactions_only=True)
         writer_pool = await create_pool(database_url, min_size=1, max_size=3,
-                                        transactions_only=True)
+                                        transactions_only=True, generic_plans=True)
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
         writer = LedgerWriter(writer_pool, project_and_measure)
         await writer.start()

@@ -124,26 +124,51 @@ async def read_body(request: Request[object, object, State], kind: type[T], *,
     return decode(raw, kind, empty_ok=empty_ok, gate=gate)
 
 
-def check_strings(value: object, depth: int = 0, path: str = "$") -> None:
+def check_strings(value: object, depth: int = 0, path: str = "$", *,
+                  scan: bool | None = None) -> None:
     """Refuse NUL characters anywhere (Postgres text cannot hold them), deep nesting, and
     any string holding a high-confidence credential (``credential-in-request``, naming the
-    JSON path, never the value)."""
+    JSON path, never the value).
+
+    One RE2 search over every string of the body, joined by newlines, decides whether the
+    strings are searched one by one (``scan``) to name the path: a credential in one string
+    is in the joined text too (the patterns have no ``^``/``$`` anchors, and a newline is
+    no word character), so only a body that may hold one pays a search per string."""
+    if scan is None:
+        strings: list[str] = []
+        _strings(value, depth, strings)
+        scan = holds_credential("\n".join(strings))
     if depth > MAX_DEPTH:
         raise InvalidRequest(f"body nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidRequest("strings must not contain NUL characters")
-        if path not in RUNTIME_KEY_PATHS and holds_credential(value):
+        if scan and path not in RUNTIME_KEY_PATHS and holds_credential(value):
             raise CredentialInRequest(
                 f"{path} holds a credential; pass secrets by reference (secretRef)",
                 path=path)
     elif isinstance(value, dict):
         for key, item in value.items():
-            check_strings(key, depth + 1, f"{path} (a key)")
-            check_strings(item, depth + 1, _member(path, str(key)))
+            check_strings(key, depth + 1, f"{path} (a key)", scan=scan)
+            check_strings(item, depth + 1, _member(path, str(key)), scan=scan)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            check_strings(item, depth + 1, f"{path}[{index}]")
+            check_strings(item, depth + 1, f"{path}[{index}]", scan=scan)
+
+
+def _strings(value: object, depth: int, into: list[str]) -> None:
+    """Every string (keys too) of ``value`` down to the nesting limit, into ``into``."""
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _strings(key, depth + 1, into)
+            _strings(item, depth + 1, into)
+    elif isinstance(value, list):
+        for item in value:
+            _strings(item, depth + 1, into)
 
 
 def _member(path: str, key: str) -> str:

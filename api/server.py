@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypedDict
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 FD_RESERVE_MIN = 256
 """File descriptors always left to the database pool, logs and runner jobs (at least this
@@ -95,6 +95,39 @@ class ConnectionRegistry:
         self.waiting: OrderedDict[DeadlineProtocol, None] = OrderedDict()
 
 
+class JoinedWrites:
+    """The transport as one response cycle sees it: the status line and headers wait for the
+    body's first write, so a response leaves in one ``send`` (one system call, one segment)
+    instead of two. Anything else (``100 Continue``, a ``HEAD`` answer) passes straight on."""
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._held: bytes | None = None
+        self._first = cycle.scope["method"] != "HEAD"
+
+    def write(self, data: bytes) -> None:
+        """Hold the header block (the cycle's first write once its response started);
+        send it together with the next write."""
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif self._first and self._cycle.response_started:
+            self._first = False
+            self._held = data
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        """Send what is held, then close."""
+        if self._held is not None:
+            self._transport.write(self._held)
+            self._held = None
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
 class DeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a header deadline (from connection open, then
     from the start of each later request), a body deadline (from the end of the headers),
@@ -143,6 +176,9 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._disarm()
         self.registry.waiting.pop(self, None)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, JoinedWrites):
+            cycle.transport = JoinedWrites(self.transport, cycle)  # type: ignore[assignment]
         self._phase = "body"
         self._arm(self.limits.body_timeout_s)
 

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 from api import session_wire as sw
 from api import views, wire
 from api.observability import Metrics
-from api.read_cache import ReadCache
+from api.read_cache import ReadCache, SharedHead, encoded
 from ledger import intake, session_lines
 from ledger.errors import DomainError, InvalidRequest, NotFound
 from ledger.events import JudgeVerdict
@@ -70,6 +70,10 @@ class QueueApi:
     queue: QueueService
     metrics: Metrics
     cache: ReadCache = field(default_factory=ReadCache, init=False)
+    head: SharedHead = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.head = SharedHead(self.pool)
 
     async def task_detail(self, task_id: str,
                           work_ready: dict[str, object] | None = None) -> wire.TaskDetail:
@@ -93,11 +97,10 @@ class QueueApi:
                             headers=_replayed(bool(result.extra["idempotentReplay"])))
         row = committed_task(command.task_id, result.entries)
         if row is None:  # an idempotent replay: the original task, as stored
-            return Response(await self.task_detail(command.task_id), status_code=HTTP_200_OK,
-                            headers=_replayed(True))
+            return encoded(await self.task_detail(command.task_id), HTTP_200_OK, _replayed(True))
         # A new task is answered from what its transaction committed, not read back.
-        return Response(views.task_detail(row, command.contract, self.settings.timeout_budgets),
-                        status_code=HTTP_201_CREATED)
+        return encoded(views.task_detail(row, command.contract, self.settings.timeout_budgets),
+                       HTTP_201_CREATED)
 
     async def cancel(self, task_id: str, reason: str | None,
                      dry: bool) -> wire.TaskDetail | wire.DryRun:
@@ -121,7 +124,7 @@ class QueueApi:
         async def compute() -> tuple[int, wire.TaskDetail]:
             return head, await self.task_detail(task_id)
 
-        head = await queries.high_water(self.pool)
+        head = await self.head.read()
         return await self.cache.answer(("show", task_id), head, compute)
 
     async def list_tasks(self, queue: str | None, state: str | None, cursor: str | None,
@@ -133,7 +136,7 @@ class QueueApi:
             return page.high_water, views.task_list(page, self.settings.timeout_budgets)
 
         key = ("list", queue, state, cursor, limit, updated_after)
-        return await self.cache.answer(key, await queries.high_water(self.pool), compute)
+        return await self.cache.answer(key, await self.head.read(), compute)
 
     async def stats(self, queue: str | None) -> Response[Any]:
         """Task counts by queue, lane, state and backend profile; once per ledger head."""
@@ -141,7 +144,7 @@ class QueueApi:
             result = await queries.stats(self.pool, queue)
             return result.high_water, views.queue_stats(queue, result)
 
-        return await self.cache.answer(("stats", queue), await queries.high_water(self.pool),
+        return await self.cache.answer(("stats", queue), await self.head.read(),
                                        compute)
 
     async def commander(self, queue: str | None, reader_id: str | None,
@@ -154,7 +157,7 @@ class QueueApi:
                 queue, reader_id, result, self.settings.timeout_budgets)
 
         key = ("commander", queue, reader_id, limit)
-        return await self.cache.answer(key, await queries.high_water(self.pool), compute)
+        return await self.cache.answer(key, await self.head.read(), compute)
 
     async def dispatch(self, task_id: str, body: wire.DispatchBody,
                        dry: bool) -> wire.TaskDetail | wire.DryRun:

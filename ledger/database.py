@@ -126,17 +126,22 @@ async def _transactions_only(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
-                      transactions_only: bool = False) -> asyncpg.Pool:
+                      transactions_only: bool = False,
+                      generic_plans: bool = False) -> asyncpg.Pool:
     """A connection pool; ``statement_cache_size=0`` keeps it safe behind PgBouncer when asked.
 
-    ``transactions_only``: every use is a transaction that leaves no session state, so a
-    released connection skips the reset round trip (asyncpg's ``RESET ALL``, ``UNLISTEN`` …).
+    ``transactions_only``: every use is a transaction (a lone statement is one) that leaves
+    no session state, so a released connection skips the reset round trip (asyncpg's
+    ``RESET ALL``, ``UNLISTEN`` …); an open transaction is still rolled back.
+    ``generic_plans``: Postgres may keep a generic plan of a prepared statement (for fixed
+    statements, e.g. the ledger writer's) instead of planning every execution; the default
+    forces custom plans, which the optional-filter reads need.
     """
     cache = 0 if os.environ.get("SVC_PGBOUNCER") == "1" else 100
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, statement_cache_size=cache,
         reset=_transactions_only if transactions_only else None,
-        server_settings={"plan_cache_mode": "force_custom_plan",
+        server_settings={"plan_cache_mode": "auto" if generic_plans else "force_custom_plan",
                          "application_name": "svc"},
     )
     assert pool is not None

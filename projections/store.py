@@ -11,7 +11,7 @@ from ledger.database import DbConnection
 from ledger.streams import RecordedEntry
 from ledger.together import Statement
 from projections.fold import fold, needed_rows
-from projections.projection import Projection, Rows, json_text
+from projections.projection import Fold, Projection, Rows, json_text
 from projections.registry import REGISTRY
 from projections.task_summary import TASKS, TaskSummaryRow
 
@@ -26,8 +26,19 @@ def row_from_record(record: asyncpg.Record) -> TaskSummaryRow:
 
 def committed_task(task_id: str, entries: list[RecordedEntry]) -> TaskSummaryRow | None:
     """The summary row a new task's committed entries fold to: the row the same transaction
-    wrote, known without reading it back (None when the entries do not create it)."""
-    return fold(Rows(), entries).of(TASKS).get(task_id)
+    wrote, known without reading it back (None when the entries do not create it). Only the
+    task summary's own fold runs (as :func:`fold` applies it), none of the other tables'."""
+    how = TASKS.origin
+    assert isinstance(how, Fold)
+    empty = Rows()
+    row: TaskSummaryRow | None = None
+    for entry in entries:
+        if (entry.stream_type == how.stream
+                and (how.events is None or type(entry.event) in how.events)
+                and how.key_of(entry, empty) == task_id):
+            after = how.evolve(row, entry)
+            row = row if after is None else after
+    return row
 
 
 async def _load(conn: DbConnection, projection: Projection[Any], keys: Sequence[Any],

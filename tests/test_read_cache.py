@@ -3,13 +3,15 @@ commit (the caller's own included) is seen by the next read."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import msgspec
 
 from api import views
-from api.read_cache import ReadCache
+from api.read_cache import ReadCache, SharedHead
 from ledger.database import create_pool
 from projections import queries
 from runner_assembly.settings import RunnerSettings
@@ -91,3 +93,38 @@ async def test_a_missing_task_is_not_found_every_time(client: Any) -> None:
         answer = await client.get(f"{TASKS}/tsk_missing")
         assert answer.status_code == 404
         assert answer.json()["error"]["code"] == "not-found"
+
+
+async def test_a_shared_head_read_sees_every_commit_before_it(app_url: str) -> None:
+    """Readers share head queries, yet a read begun after a commit never answers less."""
+    pool = await create_pool(app_url, min_size=1, max_size=1, transactions_only=True)
+    writer = await asyncpg.connect(app_url)
+    head = SharedHead(pool)
+    queries_sent = 0
+
+    def count(_: object) -> None:
+        nonlocal queries_sent
+        queries_sent += 1
+
+    async def keep_reading(until: asyncio.Event) -> None:
+        while not until.is_set():
+            await head.read()
+
+    try:
+        async with pool.acquire() as conn:
+            conn.add_query_logger(count)
+        done = asyncio.Event()
+        background = [asyncio.create_task(keep_reading(done)) for _ in range(8)]
+        for _ in range(40):
+            committed = await writer.fetchval(
+                "UPDATE ledger_head SET last_seq = last_seq + 1 WHERE id = 1 RETURNING last_seq")
+            assert await head.read() >= committed
+        done.set()
+        await asyncio.gather(*background)
+        await head.read()  # no query left running
+        before = queries_sent
+        answers = await asyncio.gather(*(head.read() for _ in range(50)))
+        assert len(set(answers)) == 1 and queries_sent - before <= 2  # one query for many
+    finally:
+        await writer.close()
+        await pool.close()
