@@ -5,7 +5,13 @@ caller never learns it worked. ``create-timeout@P`` does so with probability P, 
 ``SVC_FAULT_SEED``. Crash points, where the server kills itself (SIGKILL):
 ``crash-after-reserve`` (an attempt is reserved, its job not created yet),
 ``crash-after-spawn`` (the local runner process started, its ``pid`` not written yet) and
-``crash-after-create`` (the driver created the job, the ledger does not record it yet).
+``crash-after-create`` (the driver created the job, the ledger does not record it yet);
+dispatch, retry and a session turn (``POST /runs/{id}/commands``) all pass them. Runner
+crash points, where a runner kills itself: ``runner-crash-before-claim``,
+``runner-crash-after-claim`` (its backend not started yet), ``runner-crash-mid-lines`` (an
+output batch sent, its acknowledgement not recorded) and ``runner-crash-before-exit`` (every
+line sent, the exit not). The local driver hands them to the first job of each task (or
+session) it creates in ``spec.json``; the runner gets no other way in.
 """
 
 from __future__ import annotations
@@ -66,9 +72,18 @@ class FaultyDriver:
 
 
 def crash_at(faults: frozenset[str], point: str) -> None:
-    """Die like a killed server if the crash point ``point`` is on."""
+    """Die like a killed process (server or runner) if the crash point ``point`` is on."""
     if point in faults:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+RUNNER_POINTS = frozenset({"runner-crash-before-claim", "runner-crash-after-claim",
+                           "runner-crash-mid-lines", "runner-crash-before-exit"})
+
+
+def runner_faults(faults: frozenset[str]) -> list[str]:
+    """The runner crash points among ``faults``, for a job's ``spec.json``."""
+    return sorted(faults & RUNNER_POINTS)
 
 
 def crash_after_reserve(faults: frozenset[str]) -> None:

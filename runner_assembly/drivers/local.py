@@ -31,7 +31,7 @@ import runner_assembly
 from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
-from runner_assembly.drivers.faults import crash_at
+from runner_assembly.drivers.faults import crash_at, runner_faults
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -84,6 +84,7 @@ class LocalDriver:
         or ``off``; ``api_url``: where runners reach the runner protocol."""
         self.api_url = api_url
         self.faults = faults
+        self._runner_faulted: set[str] = set()
         self.heartbeat_s = heartbeat_s
         self.jobs_dir = jobs_dir
         self.sessions_dir = sessions_dir
@@ -143,6 +144,7 @@ class LocalDriver:
             volume = spec.plan.get("sessionVolume")
             if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
+            public.update(self._runner_faults(spec))
             write_json_atomically(folder / "spec.json", public)
         if spec.runner_token:  # every token issued for the job stays valid: the newest here
             write_private(folder / TOKEN_FILE, spec.runner_token)
@@ -150,6 +152,16 @@ class LocalDriver:
         if pid is None:  # a create that crashed before starting the runner: start it now
             pid = self._spawn(folder, spec.secret_root)
         return JobHandle(self.name, spec.runner_job_id, f"pid:{pid}", adopted)
+
+    def _runner_faults(self, spec: JobSpec) -> dict[str, list[str]]:
+        """Test-only: the runner crash points of ``SVC_FAULTS``, for the first job of each
+        task (or session) only, so that its retry runs through."""
+        points = runner_faults(self.faults)
+        owner = spec.task_id or spec.session_id
+        if not points or owner in self._runner_faulted:
+            return {}
+        self._runner_faulted.add(owner)
+        return {"faults": points}
 
     def _spawn(self, folder: Path, secret_root: str) -> int:
         if self.api_url is None:
