@@ -30,8 +30,12 @@ from tests.support import task_body, write_profile_secret
 TASKS = "/api/v1/queue/tasks"
 LINES = 25
 POINTS = ("crash-after-reserve", "crash-after-spawn", "crash-after-create")
-RUNNER_POINTS = ("runner-crash-before-claim", "runner-crash-after-claim",
-                 "runner-crash-mid-lines", "runner-crash-before-exit")
+RUNNER_POINTS = {"runner-crash-before-claim": (range(1), range(1)),
+                 "runner-crash-after-claim": (range(1), range(1)),
+                 "runner-crash-mid-lines": (range(2), range(LINES)),
+                 "runner-crash-before-exit": (range(1, 2), range(LINES, LINES + 1))}
+"""Runner crash points: the killed job's traced backend starts (mid-lines: its trace batch
+may not have been sent yet) and numbered lines delivered."""
 ROUNDS = int(os.environ.get("SVC_KILL_ROUNDS", "2"))
 LEASE = {"SVC_RUNNER_LEASE_S": "3", "SVC_RUNNER_HEARTBEAT_S": "0.5"}
 NUMBERED = [f"line {n + 1}" for n in range(LINES)]
@@ -111,10 +115,10 @@ async def job_lines(conn: asyncpg.Connection, runner_job_id: str, channel: str) 
 
 
 async def check_job(database_url: str, tally: Tally, runner_job_id: str, *,
-                    finished: bool = True) -> None:
+                    finished: bool = True) -> tuple[int, int]:
     """One job: its backend started at most once (once if ``finished``), its numbered
     lines each at most once and in order (all of them if ``finished``), none of its
-    processes left."""
+    processes left; its backend starts and numbered lines."""
     conn = await asyncpg.connect(database_url)
     try:
         trace = await job_lines(conn, runner_job_id, "trace")
@@ -129,6 +133,7 @@ async def check_job(database_url: str, tally: Tally, runner_job_id: str, *,
     tally.orphans += await orphans_of(runner_job_id)
     assert starts == (1 if finished else starts), trace
     assert numbered == expected, numbered
+    return starts, len(numbered)
 
 
 async def check_ledger(database_url: str, jobs: int, claimed: int | None = None) -> None:
@@ -278,7 +283,9 @@ async def test_a_killed_runner_is_lost_and_its_retry_starts_the_backend_once(
             tally.kills += 1
             attempt = lost["latestAttempt"]
             assert (lost["state"], attempt["failureKind"]) == ("failed", "runner-lost"), lost
-            await check_job(database_url, tally, attempt["runnerJobId"], finished=False)
+            starts, delivered = await check_job(database_url, tally, attempt["runnerJobId"],
+                                                finished=False)
+            assert starts in RUNNER_POINTS[point][0] and delivered in RUNNER_POINTS[point][1]
             retried = await http.post(f"{TASKS}/{task['taskId']}/retry", json={
                 "idempotencyKey": "after-kill", "reason": "runner lost"})
             assert retried.status_code == 200, retried.text
@@ -288,3 +295,21 @@ async def test_a_killed_runner_is_lost_and_its_retry_starts_the_backend_once(
     tally.report(f"runner/{point}")
     await check_ledger(database_url, 2 * ROUNDS,
                        ROUNDS if point == "runner-crash-before-claim" else 2 * ROUNDS)
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "off"])
+async def test_a_killed_runner_leaves_no_backend_behind(
+    database_url: str, tmp_path: Path, sandbox: str
+) -> None:
+    tally = Tally()
+    env = {"SVC_FAULTS": "runner-crash-mid-lines", "SVC_LOCAL_SANDBOX": sandbox, **LEASE}
+    async with server(database_url, tmp_path, free_port(), env) as http:
+        for round_ in range(ROUNDS):
+            body = task_body(payload={"prompt": f"round {round_}\nlines: 3\nsleep: 60"})
+            task = (await http.post(TASKS, json=body)).json()
+            await http.post(f"{TASKS}/{task['taskId']}/dispatch", json={})
+            lost = await settle(http, task["taskId"])  # the backend sleeps on
+            tally.kills += 1
+            assert lost["latestAttempt"]["failureKind"] == "runner-lost", lost
+            tally.orphans += await orphans_of(lost["latestAttempt"]["runnerJobId"])
+    tally.report(f"backend/{sandbox}")

@@ -5,7 +5,9 @@ so a second create finds the first and adopts it. The child runs ``local_runner`
 explicit minimal environment: nothing is inherited from the server but the runner protocol's
 address (``SVC_RUNNER_API_URL``) and heartbeat interval; the job's token is in
 ``runner.token`` (0600). The runner reports everything through the runner protocol; this
-driver reads none of its files, only whether its process still runs. A create that finds
+driver reads none of its files, only whether its process still runs (when it no longer does,
+what is left of its process group is killed: a killed runner's backend does not run on
+unsandboxed; under bwrap, ``--die-with-parent`` ends it already). A create that finds
 no ``pid`` starts the runner again: if the first one did start (a crash before its ``pid``
 was written), one of them loses the claim and exits without starting the backend; the
 winner writes its own ``pid``, so the driver follows the runner that runs the backend. The secret
@@ -197,7 +199,8 @@ class LocalDriver:
             return None
 
     async def status(self, runner_job_id: str) -> JobStatus:
-        """Whether the job's runner still runs (its outcome comes through the protocol)."""
+        """Whether the job's runner still runs (its outcome comes through the protocol); the
+        process group of a runner found gone is killed, so its backend does not run on."""
         folder = self.job_dir(runner_job_id)
         pid = self._pid(folder)
         if pid is not None and _alive(pid):
@@ -206,6 +209,9 @@ class LocalDriver:
             return JobStatus(JobState.RUNNING)  # being created
         if (folder / CANCELLED_MARK).exists():
             return JobStatus(JobState.CANCELLED)
+        if pid is not None:  # a lost runner's backend must not outlive it: end its group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
         return JobStatus(JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
                          failure_message="the runner process ended without reporting its exit")
 
