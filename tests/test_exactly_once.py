@@ -223,9 +223,9 @@ async def test_a_killed_retry_replayed_with_its_key_starts_the_backend_once(
 ) -> None:
     tally = Tally()
     port = free_port()
+    async with server(database_url, tmp_path, port) as http:
+        task_id = await failed_task(http, tmp_path / "data", 0)
     for round_ in range(ROUNDS):
-        async with server(database_url, tmp_path, port) as http:
-            task_id = await failed_task(http, tmp_path / "data", round_)
         body = {"idempotencyKey": f"retry-{round_}", "reason": "kill -9"}
         async with killed(database_url, tmp_path, port, point) as http:
             await http.post(f"{TASKS}/{task_id}/retry", json=body)
@@ -237,6 +237,8 @@ async def test_a_killed_retry_replayed_with_its_key_starts_the_backend_once(
             attempts = (await http.get(f"{TASKS}/{task_id}/attempts")).json()["items"]
             assert len(attempts) == 2, "the replayed key reserved no second retry"
             await check_job(database_url, tally, job)
+            if round_ + 1 < ROUNDS:  # the next round's task, on this server
+                task_id = await failed_task(http, tmp_path / "data", round_ + 1)
     tally.report(f"retry/{point}")
     await check_ledger(database_url, 2 * ROUNDS, ROUNDS)  # the blocked one never started
 
