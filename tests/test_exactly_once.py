@@ -13,11 +13,11 @@ import json
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
@@ -39,6 +39,7 @@ may not have been sent yet) and numbered lines delivered."""
 ROUNDS = int(os.environ.get("SVC_KILL_ROUNDS", "2"))
 LEASE = {"SVC_RUNNER_LEASE_S": "3", "SVC_RUNNER_HEARTBEAT_S": "0.5"}
 NUMBERED = [f"line {n + 1}" for n in range(LINES)]
+T = TypeVar("T")
 
 
 async def wait_gone(pid: int) -> None:
@@ -174,6 +175,18 @@ async def killed(database_url: str, tmp_path: Path, port: int,
         await wait_gone(pid)
 
 
+async def prepared(database_url: str, tmp_path: Path,
+                   make: Callable[[httpx.AsyncClient], Awaitable[T]]) -> tuple[int, T]:
+    """The port of a test's servers, and what ``make`` made on a first (clean) one."""
+    port = free_port()
+    async with server(database_url, tmp_path, port) as http:
+        return port, await make(http)
+
+
+async def new_session(http: httpx.AsyncClient) -> dict[str, Any]:
+    return dict((await http.post("/api/v1/sessions", json={})).json())
+
+
 async def completed_job(http: httpx.AsyncClient, task_id: str) -> str:
     done = await settle(http, task_id)
     attempt = done["latestAttempt"]
@@ -222,9 +235,8 @@ async def test_a_killed_retry_replayed_with_its_key_starts_the_backend_once(
     database_url: str, tmp_path: Path, point: str
 ) -> None:
     tally = Tally()
-    port = free_port()
-    async with server(database_url, tmp_path, port) as http:
-        task_id = await failed_task(http, tmp_path / "data", 0)
+    port, task_id = await prepared(database_url, tmp_path,
+                                   lambda http: failed_task(http, tmp_path / "data", 0))
     for round_ in range(ROUNDS):
         body = {"idempotencyKey": f"retry-{round_}", "reason": "kill -9"}
         async with killed(database_url, tmp_path, port, point) as http:
@@ -248,9 +260,7 @@ async def test_a_killed_session_turn_replayed_with_its_command_id_starts_once(
     database_url: str, tmp_path: Path, point: str
 ) -> None:
     tally = Tally()
-    port = free_port()
-    async with server(database_url, tmp_path, port) as http:
-        session = (await http.post("/api/v1/sessions", json={})).json()
+    port, session = await prepared(database_url, tmp_path, new_session)
     session_id, run_id = session["sessionId"], session["runId"]
     for round_ in range(ROUNDS):
         body = {"payload": {"prompt": f"turn {round_}\nlines: {LINES}"},
