@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 
 from ledger.states import FailureKind
 from runner_assembly.drivers.protocol import (
@@ -28,6 +27,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
     RunnerDriver,
 )
+from runner_assembly.runner.crash import crash_at as crash_at  # the runner needs it light
 
 
 def _probability(faults: frozenset[str], name: str) -> float:
@@ -69,12 +69,6 @@ class FaultyDriver:
     async def delete_volume(self, volume: dict[str, object]) -> None:
         """As the wrapped driver."""
         await self.inner.delete_volume(volume)
-
-
-def crash_at(faults: frozenset[str], point: str) -> None:
-    """Die like a killed process (server or runner) if the crash point ``point`` is on."""
-    if point in faults:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 RUNNER_POINTS = frozenset({"runner-crash-before-claim", "runner-crash-after-claim",

@@ -34,8 +34,8 @@ from pathlib import Path
 from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import CHANNEL_FILES, JOB_SECRET_DIR, TOKEN_FILE
-from runner_assembly.drivers.faults import crash_at
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.crash import crash_at
 from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout, local_layout
