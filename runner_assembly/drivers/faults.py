@@ -5,14 +5,19 @@ caller never learns it worked. ``create-timeout@P`` does so with probability P, 
 ``SVC_FAULT_SEED``. Crash points, where the server kills itself (SIGKILL):
 ``crash-after-reserve`` (an attempt is reserved, its job not created yet),
 ``crash-after-spawn`` (the local runner process started, its ``pid`` not written yet) and
-``crash-after-create`` (the driver created the job, the ledger does not record it yet).
+``crash-after-create`` (the driver created the job, the ledger does not record it yet);
+dispatch, retry and a session turn (``POST /runs/{id}/commands``) all pass them. Runner
+crash points, where a runner kills itself: ``runner-crash-before-claim``,
+``runner-crash-after-claim`` (its backend not started yet), ``runner-crash-mid-lines`` (an
+output batch sent, its acknowledgement not recorded) and ``runner-crash-before-exit`` (every
+line sent, the exit not). The local driver hands them to the first job of each task (or
+session) it creates in ``spec.json``; the runner gets no other way in.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import signal
 
 from ledger.states import FailureKind
 from runner_assembly.drivers.protocol import (
@@ -22,6 +27,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
     RunnerDriver,
 )
+from runner_assembly.runner.crash import crash_at as crash_at  # the runner needs it light
 
 
 def _probability(faults: frozenset[str], name: str) -> float:
@@ -65,10 +71,13 @@ class FaultyDriver:
         await self.inner.delete_volume(volume)
 
 
-def crash_at(faults: frozenset[str], point: str) -> None:
-    """Die like a killed server if the crash point ``point`` is on."""
-    if point in faults:
-        os.kill(os.getpid(), signal.SIGKILL)
+RUNNER_POINTS = frozenset({"runner-crash-before-claim", "runner-crash-after-claim",
+                           "runner-crash-mid-lines", "runner-crash-before-exit"})
+
+
+def runner_faults(faults: frozenset[str]) -> list[str]:
+    """The runner crash points among ``faults``, for a job's ``spec.json``."""
+    return sorted(faults & RUNNER_POINTS)
 
 
 def crash_after_reserve(faults: frozenset[str]) -> None:

@@ -5,7 +5,9 @@ so a second create finds the first and adopts it. The child runs ``local_runner`
 explicit minimal environment: nothing is inherited from the server but the runner protocol's
 address (``SVC_RUNNER_API_URL``) and heartbeat interval; the job's token is in
 ``runner.token`` (0600). The runner reports everything through the runner protocol; this
-driver reads none of its files, only whether its process still runs. A create that finds
+driver reads none of its files, only whether its process still runs (when it no longer does,
+what is left of its process group is killed: a killed runner's backend does not run on
+unsandboxed; under bwrap, ``--die-with-parent`` ends it already). A create that finds
 no ``pid`` starts the runner again: if the first one did start (a crash before its ``pid``
 was written), one of them loses the claim and exits without starting the backend; the
 winner writes its own ``pid``, so the driver follows the runner that runs the backend. The secret
@@ -31,7 +33,7 @@ import runner_assembly
 from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
-from runner_assembly.drivers.faults import crash_at
+from runner_assembly.drivers.faults import crash_at, runner_faults
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -84,6 +86,7 @@ class LocalDriver:
         or ``off``; ``api_url``: where runners reach the runner protocol."""
         self.api_url = api_url
         self.faults = faults
+        self._runner_faulted: set[str] = set()
         self.heartbeat_s = heartbeat_s
         self.jobs_dir = jobs_dir
         self.sessions_dir = sessions_dir
@@ -143,6 +146,7 @@ class LocalDriver:
             volume = spec.plan.get("sessionVolume")
             if isinstance(volume, dict) and volume:
                 public["volume_dir"] = str(self.volume_dir(volume))
+            public.update(self._runner_faults(spec))
             write_json_atomically(folder / "spec.json", public)
         if spec.runner_token:  # every token issued for the job stays valid: the newest here
             write_private(folder / TOKEN_FILE, spec.runner_token)
@@ -150,6 +154,16 @@ class LocalDriver:
         if pid is None:  # a create that crashed before starting the runner: start it now
             pid = self._spawn(folder, spec.secret_root)
         return JobHandle(self.name, spec.runner_job_id, f"pid:{pid}", adopted)
+
+    def _runner_faults(self, spec: JobSpec) -> dict[str, list[str]]:
+        """Test-only: the runner crash points of ``SVC_FAULTS``, for the first job of each
+        task (or session) only, so that its retry runs through."""
+        points = runner_faults(self.faults)
+        owner = spec.task_id or spec.session_id
+        if not points or owner in self._runner_faulted:
+            return {}
+        self._runner_faulted.add(owner)
+        return {"faults": points}
 
     def _spawn(self, folder: Path, secret_root: str) -> int:
         if self.api_url is None:
@@ -185,7 +199,8 @@ class LocalDriver:
             return None
 
     async def status(self, runner_job_id: str) -> JobStatus:
-        """Whether the job's runner still runs (its outcome comes through the protocol)."""
+        """Whether the job's runner still runs (its outcome comes through the protocol); the
+        process group of a runner found gone is killed, so its backend does not run on."""
         folder = self.job_dir(runner_job_id)
         pid = self._pid(folder)
         if pid is not None and _alive(pid):
@@ -194,6 +209,9 @@ class LocalDriver:
             return JobStatus(JobState.RUNNING)  # being created
         if (folder / CANCELLED_MARK).exists():
             return JobStatus(JobState.CANCELLED)
+        if pid is not None:  # a lost runner's backend must not outlive it: end its group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
         return JobStatus(JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
                          failure_message="the runner process ended without reporting its exit")
 

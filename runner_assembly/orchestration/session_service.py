@@ -25,6 +25,7 @@ from projections import orchestration_queries as oq
 from projections.orchestration_queries import JobIdentity, RunBase
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids
+from runner_assembly.drivers import faults
 from runner_assembly.drivers.protocol import DriverError, JobStatus
 from runner_assembly.orchestration.dispatch import Dispatcher, TaskFacts
 from runner_assembly.orchestration.session_turns import ACTOR
@@ -162,12 +163,14 @@ class SessionService:
                                           runner_job_id=ids.runner_job_id, thread_id=thread,
                                           task_id=run.task_id or None, prompt=command.prompt,
                                           profile=run.backend_profile)
+            faults.crash_after_reserve(self.dispatcher.settings.faults)
             try:
                 handle = await self.driver.create(spec)
             except DriverError as error:
                 await self.turns.abandon_turn(session_id, ids.runner_job_id, error.kind,
                                               error.message)
                 raise Refused(error.kind, error.message) from None
+            faults.crash_at(self.dispatcher.settings.faults, "crash-after-create")
             await self.turns.start_turn(session_id, handle, ids.runner_job_id)
         return {**view, "created": True}
 

@@ -35,6 +35,7 @@ from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import CHANNEL_FILES, JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.backend_run import run_relayed
+from runner_assembly.runner.crash import crash_at
 from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout, local_layout
@@ -160,6 +161,8 @@ def main() -> int:
     MASKER.add(token)
     client = ManagerClient(os.environ["SVC_RUNNER_API_URL"], spec["runner_job_id"], token)
     startup = startup_event(spec["plan"])
+    faults = frozenset(spec.get("faults") or ())  # test-only crash points (SVC_FAULTS)
+    crash_at(faults, "runner-crash-before-claim")
     try:
         if not client.claim(secrets.token_hex(8), startup):
             print("another runner claimed this job's start: exiting without starting it",
@@ -167,22 +170,30 @@ def main() -> int:
             return 0
         write_private(folder / "pid", str(os.getpid()))  # the driver follows the winner
         trace(folder, "runner-started", capability=startup)
-        return _run_claimed(folder, args.secret_root, client, args.bwrap)
+        crash_at(faults, "runner-crash-after-claim")
+        return _run_claimed(folder, args.secret_root, client, args.bwrap, faults)
     except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
         print(str(refused), flush=True)
         return 1
 
 
 def _run_claimed(folder: Path, secret_root: Path, client: ManagerClient,
-                 bwrap: str | None) -> int:
+                 bwrap: str | None, faults: frozenset[str] = frozenset()) -> int:
     """Run the claimed job with heartbeats and the line shipper; report its exit."""
     beats = Heartbeats(client, float(os.environ.get("SVC_RUNNER_HEARTBEAT_S") or 10))
-    shipper = Shipper(client, {channel: folder / name for channel, name in CHANNEL_FILES.items()})
+
+    def sent(channel: str) -> None:
+        if channel == "output":
+            crash_at(faults, "runner-crash-mid-lines")
+
+    shipper = Shipper(client, {channel: folder / name for channel, name in CHANNEL_FILES.items()},
+                      sent)
     try:
         report = MASKER.mask_json(run(folder, secret_root, client, bwrap))
     finally:
         beats.stop()
     shipper.finish()
+    crash_at(faults, "runner-crash-before-exit")
     client.exit({key: value for key, value in report.items()
                  if key in ("state", "exitCode", "failureKind", "failureMessage", "startedAt",
                             "finishedAt")})

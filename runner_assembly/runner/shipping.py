@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
@@ -21,8 +22,11 @@ SHIP_EVERY_S = 0.2
 class Shipper:
     """Sends the lines of a job's scratch channel files to the manager."""
 
-    def __init__(self, client: ManagerClient, files: dict[str, Path]) -> None:
+    def __init__(self, client: ManagerClient, files: dict[str, Path],
+                 sent: Callable[[str], None] | None = None) -> None:
+        """``sent(channel)`` is called after a batch is sent, before its number is kept."""
         self.client = client
+        self.sent = sent
         self.files = files
         self.offsets = dict.fromkeys(files, 0)
         self.seqs = dict.fromkeys(files, 0)
@@ -66,6 +70,8 @@ class Shipper:
             used = sum(len(piece) + 1 for piece in pieces)
         lines = [piece.decode("utf-8", errors="replace").removesuffix("\r") for piece in pieces]
         self.client.lines(channel, self.seqs[channel] + 1, lines)
+        if self.sent is not None:
+            self.sent(channel)
         self.seqs[channel] += 1
         self.offsets[channel] += used
         return True
