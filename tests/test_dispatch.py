@@ -4,8 +4,12 @@ real app with the local runner driver and the reference backend."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +93,30 @@ def process_alive(pid: int) -> bool:
     return status != "Z"
 
 
+@contextlib.asynccontextmanager
+async def runner_paused(settings: RunnerSettings) -> AsyncIterator[None]:
+    """Every running runner stopped (SIGSTOP): its reports (lines, heartbeats) cannot land
+    while a test compares the database before and after a refused request."""
+    deadline = time.monotonic() + 30
+    while not all((job / "pid").exists() for job in job_dirs(settings)):
+        assert time.monotonic() < deadline, "a runner never started"
+        await asyncio.sleep(0.05)
+    if job_dirs(settings):
+        await asyncio.sleep(1.0)  # past their claims and first reports (the app serves)
+    groups = [pid for pid in (int((job / "pid").read_text()) for job in job_dirs(settings))
+              if process_alive(pid)]
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
+    if groups:
+        await asyncio.sleep(0.3)  # a report already in flight lands first
+    try:
+        yield
+    finally:
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGCONT)
+
+
 async def test_dispatch_runs_the_task_to_completion(
     client: Any, database_url: str, runner_settings: RunnerSettings
 ) -> None:
@@ -159,14 +187,16 @@ async def test_a_failing_backend_fails_the_task_and_refresh_is_idempotent(
     assert attempt["durationMs"] is not None and attempt["durationMs"] >= 0
 
 
-async def test_refresh_is_a_no_op_while_running(client: Any, database_url: str) -> None:
+async def test_refresh_is_a_no_op_while_running(client: Any, database_url: str,
+                                                runner_settings: RunnerSettings) -> None:
     task_id = await submit(client, "sleep: 3")
     running = await dispatch(client, task_id)
-    before = await snapshot(database_url)
-    response = await client.post(f"{TASKS}/{task_id}/refresh")
-    assert response.json()["state"] == "running"
-    assert response.json()["version"] == running["version"]
-    assert await snapshot(database_url) == before
+    async with runner_paused(runner_settings):
+        before = await snapshot(database_url)
+        response = await client.post(f"{TASKS}/{task_id}/refresh")
+        assert response.json()["state"] == "running"
+        assert response.json()["version"] == running["version"]
+        assert await snapshot(database_url) == before
     plan = (await client.post(f"{TASKS}/{task_id}/refresh?dryRun=true")).json()
     assert plan == {"mutation": False, "plan": plan["plan"]} and plan["plan"]["events"] == []
 
@@ -195,15 +225,16 @@ async def test_dispatch_replays_by_attempt_id_and_refuses_other_states(
     task_id = await submit(client, "sleep: 2")
     first = await dispatch(client, task_id, {"attemptId": "att_mine"})
     assert first["latestAttempt"]["attemptId"] == "att_mine"
-    before = await snapshot(database_url)
-    again = await dispatch(client, task_id, {"attemptId": "att_mine"})
-    assert again["latestAttempt"] == first["latestAttempt"]
-    assert await snapshot(database_url) == before
-    refused = await client.post(f"{TASKS}/{task_id}/dispatch", json={})
-    assert refused.status_code == 409
-    assert refused.json()["error"]["code"] == "invalid-transition"
-    assert len(job_dirs(runner_settings)) == 1
-    assert await snapshot(database_url) == before
+    async with runner_paused(runner_settings):
+        before = await snapshot(database_url)
+        again = await dispatch(client, task_id, {"attemptId": "att_mine"})
+        assert again["latestAttempt"] == first["latestAttempt"]
+        assert await snapshot(database_url) == before
+        refused = await client.post(f"{TASKS}/{task_id}/dispatch", json={})
+        assert refused.status_code == 409
+        assert refused.json()["error"]["code"] == "invalid-transition"
+        assert len(job_dirs(runner_settings)) == 1
+        assert await snapshot(database_url) == before
 
 
 @pytest.mark.parametrize("body", [{"attemptId": 5}, {"attemptId": "a b"}, {"runId": "x"}, [1]])

@@ -3,12 +3,6 @@ through the ledger, shown with the attempts, replayable, and never a retry."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -16,7 +10,7 @@ import pytest
 
 from runner_assembly.settings import RunnerSettings
 from tests.support import post_changing_nothing, replay_report, snapshot
-from tests.test_dispatch import TASKS, dispatch, job_dirs, run_task, submit
+from tests.test_dispatch import TASKS, dispatch, run_task, runner_paused, submit
 
 VERDICT = {"judge": "reviewer", "request": {"check": "the tests pass", "attempt": 0},
            "result": "fail", "failureKind": "tests-failed", "retrySuggested": True,
@@ -114,25 +108,6 @@ async def test_bad_verdicts_are_refused_and_change_nothing(
     response = await post_changing_nothing(client, database_url,
                                            judge_url(task_id, "att_x"), body, 400)
     assert response.json()["error"]["code"] == "invalid-request", case
-
-
-@contextlib.asynccontextmanager
-async def runner_paused(settings: RunnerSettings) -> AsyncIterator[None]:
-    """The only job's runner stopped (SIGSTOP): its reports (lines, heartbeats) cannot land
-    while a test compares the database before and after a refused request."""
-    deadline = time.monotonic() + 30
-    while not any((job / "pid").exists() for job in job_dirs(settings)):
-        assert time.monotonic() < deadline, "the runner never started"
-        await asyncio.sleep(0.05)
-    (job,) = job_dirs(settings)
-    group = int((job / "pid").read_text())
-    await asyncio.sleep(1.0)  # past its claim and first reports (the app serves meanwhile)
-    os.killpg(group, signal.SIGSTOP)
-    await asyncio.sleep(0.3)  # a report already in flight lands first
-    try:
-        yield
-    finally:
-        os.killpg(group, signal.SIGCONT)
 
 
 async def test_only_an_ended_attempt_of_the_task_is_judged(

@@ -9,7 +9,7 @@ import pytest
 
 from runner_assembly.settings import RunnerSettings
 from tests.support import post_changing_nothing, snapshot, write_profile_secret
-from tests.test_dispatch import TASKS, dispatch, job_dirs, settle, submit
+from tests.test_dispatch import TASKS, dispatch, job_dirs, runner_paused, settle, submit
 
 
 async def failed_task(client: Any) -> str:
@@ -61,20 +61,21 @@ async def test_a_used_key_returns_the_original_attempt_before_any_state_check(
 
 
 async def test_the_same_key_with_another_reason_is_a_conflict(
-    client: Any, database_url: str
+    client: Any, database_url: str, runner_settings: RunnerSettings
 ) -> None:
     task_id = await failed_task(client)
     await retry(client, task_id, reason="first")
-    before = await snapshot(database_url)
-    response = await retry(client, task_id, reason="second")
-    assert response.status_code == 409
-    assert response.json()["error"]["code"] == "idempotency-conflict"
-    assert await snapshot(database_url) == before
+    async with runner_paused(runner_settings):
+        before = await snapshot(database_url)
+        response = await retry(client, task_id, reason="second")
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "idempotency-conflict"
+        assert await snapshot(database_url) == before
 
 
 @pytest.mark.parametrize("setup", ["pending", "running", "completed", "cancelled"])
 async def test_a_new_key_is_refused_unless_failed_or_blocked(
-    client: Any, database_url: str, setup: str
+    client: Any, database_url: str, setup: str, runner_settings: RunnerSettings
 ) -> None:
     task_id = await submit(client, "sleep: 5" if setup == "running" else "hello")
     if setup in ("running", "completed"):
@@ -83,11 +84,12 @@ async def test_a_new_key_is_refused_unless_failed_or_blocked(
         assert (await settle(client, task_id))["state"] == "completed"
     if setup == "cancelled":
         await client.post(f"{TASKS}/{task_id}/cancel", json={})
-    before = await snapshot(database_url)
-    response = await retry(client, task_id)
-    assert response.status_code == 409
-    assert response.json()["error"]["code"] == "task-not-retryable"
-    assert await snapshot(database_url) == before
+    async with runner_paused(runner_settings):
+        before = await snapshot(database_url)
+        response = await retry(client, task_id)
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "task-not-retryable"
+        assert await snapshot(database_url) == before
 
 
 @pytest.mark.parametrize("body", [

@@ -11,7 +11,7 @@ import platform
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ledger.version import VERSION
 
@@ -54,16 +54,19 @@ def work_ready_summary() -> dict[str, object]:
                     {"name": "git", "version": tool_version("git")}])
 
 
-def runner_startup_summary(tools: Iterable[str], path: str) -> dict[str, object]:
+def runner_startup_summary(
+        tools: Iterable[str], path: str,
+        version_of: Callable[[str, str], str | None] = tool_version) -> dict[str, object]:
     """The runner's startup summary: each tool of ``tools`` found on ``path`` with its
-    version (a tool that is absent is not work-ready and is not listed)."""
+    version from ``version_of`` (a tool that is absent is not work-ready and is not
+    listed)."""
     listed: list[dict[str, str | None]] = [{"name": "python",
                                             "version": platform.python_version()}]
     for tool in dict.fromkeys(tools):
         if len(listed) >= MAX_TOOLS:
             break
         if shutil.which(tool, path=path) is not None:
-            listed.append({"name": tool, "version": tool_version(tool, path)})
+            listed.append({"name": tool, "version": version_of(tool, path)})
     return summary(listed)
 
 

@@ -34,6 +34,7 @@ from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.drivers.faults import crash_at, runner_faults
+from runner_assembly.drivers.forkserver import Forkserver
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -49,16 +50,25 @@ RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
 """Where the runner's packages live: the runner starts with ``-I -S`` (no ``site``, no
 ``.pth`` import hooks, nothing from the environment), so it is told these paths instead."""
 RUNNER_BOOT = ("import sys; sys.path[:0] = {roots!r}; "
-               "from runner_assembly.runner.local import main; sys.exit(main())")
+               "from runner_assembly.runner.{module} import main; sys.exit(main())")
+
+
+def boot_command(module: str = "local") -> list[str]:
+    """An isolated interpreter without ``site`` (about half of a bare interpreter's start-up)
+    that runs ``runner_assembly.runner.<module>`` from the known roots."""
+    return [sys.executable, "-I", "-S", "-c",
+            RUNNER_BOOT.format(roots=list(RUNNER_IMPORT_ROOTS), module=module)]
+
+
+def runner_args(folder: Path, secret_root: str, bwrap: str | None) -> list[str]:
+    """The runner's arguments."""
+    sandbox = ["--bwrap", bwrap] if bwrap else []
+    return [str(folder), "--secret-root", secret_root, *sandbox]
 
 
 def runner_command(folder: Path, secret_root: str, bwrap: str | None) -> list[str]:
-    """The runner's command line: an isolated interpreter without ``site`` (about half of a
-    bare interpreter's start-up) that imports the runner from the known roots."""
-    sandbox = ["--bwrap", bwrap] if bwrap else []
-    return [sys.executable, "-I", "-S", "-c",
-            RUNNER_BOOT.format(roots=list(RUNNER_IMPORT_ROOTS)),
-            str(folder), "--secret-root", secret_root, *sandbox]
+    """The command line of a runner started on its own (without the forkserver)."""
+    return boot_command() + runner_args(folder, secret_root, bwrap)
 
 
 def write_job_secret(folder: Path, values: dict[str, str]) -> None:
@@ -94,6 +104,8 @@ class LocalDriver:
             raise DriverError(FailureKind.SCHEMA_INVALID,
                               f"SVC_LOCAL_SANDBOX is {' or '.join(MODES)}, not {sandbox!r}")
         self.sandbox = sandbox
+        self.forkserver = Forkserver(boot_command("forkserver"), jobs_dir,
+                                     jobs_dir.parent / "runner-forkserver.log")
         self.bwrap: str | None = None
         if sandbox == BWRAP:
             try:
@@ -172,6 +184,20 @@ class LocalDriver:
         env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder),
                "SVC_RUNNER_API_URL": self.api_url,
                "SVC_RUNNER_HEARTBEAT_S": str(self.heartbeat_s)}
+        started = self.forkserver.spawn(folder, runner_args(folder, secret_root, self.bwrap),
+                                        env)
+        if started is None:  # no forkserver here: start the runner on its own
+            started = self._popen(folder, secret_root, env)
+        crash_at(self.faults, "crash-after-spawn")
+        try:  # a runner that already won the claim wrote its own pid: keep that one
+            descriptor = os.open(folder / "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return self._pid(folder) or started
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(str(started))
+        return started
+
+    def _popen(self, folder: Path, secret_root: str, env: dict[str, str]) -> int:
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
@@ -182,13 +208,6 @@ class LocalDriver:
             except OSError as error:
                 raise DriverError(FailureKind.INFRA_FAILED,
                                   f"cannot start the runner: {error}") from None
-        crash_at(self.faults, "crash-after-spawn")
-        try:  # a runner that already won the claim wrote its own pid: keep that one
-            descriptor = os.open(folder / "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return self._pid(folder) or process.pid
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(str(process.pid))
         return process.pid
 
     @staticmethod

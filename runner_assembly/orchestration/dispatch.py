@@ -31,6 +31,7 @@ from ledger.run import (
     RecordRunnerJob,
     RecordRunnerStartup,
 )
+from ledger.runner_job import IssueJobToken
 from ledger.states import (
     AttemptStatus,
     FailureKind,
@@ -73,7 +74,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
     RunnerDriver,
 )
-from runner_assembly.orchestration.runner_protocol import RunnerProtocol
+from runner_assembly.orchestration.runner_protocol import RunnerProtocol, new_token
 from runner_assembly.orchestration.session_turns import SessionTurns, choose_thread, folded
 from runner_assembly.settings import RunnerSettings
 
@@ -307,14 +308,17 @@ class Dispatcher:
                       command_id=row.command_id, runner_job_id=row.runner_job_id)
             session_id = row.session_id
             async with self.sessions.lock(session_id, conn):
-                created = await self._reserve_job(conn, facts, ids, row, env)
+                token, issue = new_token(row.runner_job_id, session_id=session_id,
+                                         run_id=row.run_id, task_id=task_id,
+                                         attempt_id=attempt_id)
+                created = await self._reserve_job(conn, facts, ids, row, env, issue)
                 if created is None:
                     return
-                plan, thread = created
-                spec = self.job_spec(facts, row, plan, env, thread)
-                spec = dataclasses.replace(spec, runner_token=await self.protocol.issue(
-                    row.runner_job_id, session_id=session_id, run_id=row.run_id,
-                    task_id=task_id, attempt_id=attempt_id))
+                plan, thread, issued = created
+                if not issued:
+                    await self.writer.execute(issue, ACTOR)
+                spec = dataclasses.replace(self.job_spec(facts, row, plan, env, thread),
+                                           runner_token=token)
                 log.debug("creating runner job %s for attempt %s: plan %s", spec.runner_job_id,
                           attempt_id, msgspec.json.encode(plan).decode())
                 try:
@@ -335,10 +339,11 @@ class Dispatcher:
             await self.cancel_job(row.run_id, row.runner_job_id)
 
     async def _reserve_job(self, conn: DbConnection, facts: TaskFacts, ids: Ids,
-                           row: AttemptIds, env: dict[str, str]
-                           ) -> tuple[RunnerJobPlan, str | None] | None:
+                           row: AttemptIds, env: dict[str, str], issue: IssueJobToken
+                           ) -> tuple[RunnerJobPlan, str | None, bool] | None:
         """Record the run, open the session and reserve its turn (in this order, before the
-        job exists); the job's plan and thread, or None when the attempt failed instead."""
+        job exists; the job's token with them when nothing comes between); the job's plan,
+        its thread and whether ``issue`` was executed, or None when the attempt failed."""
         session_id = row.session_id
         existing = await self.sessions.row(session_id)
         conversation = existing.conversation_id if existing \
@@ -360,8 +365,8 @@ class Dispatcher:
                                        row.backend_profile,
                                        persistent=facts.persistent_session)]
         reserved_with_them = failure is None and not self.settings.retention
-        if reserved_with_them:
-            commands.append(reserve)  # no capacity to take first: one transaction
+        if reserved_with_them:  # no capacity to take first: one transaction, token too
+            commands += [reserve, issue]
         try:
             await self.writer.execute_all(commands, ACTOR)
             storage = existing.storage_kind if existing else StorageKind.VOLUME \
@@ -381,7 +386,7 @@ class Dispatcher:
             await self._fail(ids.task_id, ids.attempt_id, *_failure_of(refusal))
             return None
         assert plan is not None
-        return plan, thread
+        return plan, thread, reserved_with_them
 
     def job_spec(self, facts: TaskFacts, row: JobIdentity | AttemptIds, plan: RunnerJobPlan,
                   transient_env: dict[str, str], thread_id: str | None) -> JobSpec:

@@ -58,6 +58,19 @@ def now_text() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def new_token(runner_job_id: str, *, session_id: str, run_id: str, task_id: str = "",
+              attempt_id: str = "") -> tuple[str, IssueJobToken]:
+    """A new random token for the job and the command recording its hash (to be executed
+    before anyone can hold the token).
+
+    The token names its job (``<runnerJobId>.<random>``) so a request carrying it says which
+    job it speaks for; the hash covers the whole token."""
+    token = f"{runner_job_id}.{secrets.token_urlsafe(32)}"
+    return token, IssueJobToken(runner_job_id, session_id=session_id, run_id=run_id,
+                                token_sha256=token_hash(token), at=now_text(),
+                                task_id=task_id, attempt_id=attempt_id)
+
+
 class RunnerProtocol:
     """Receives what runners report; answers a job's status from those reports."""
 
@@ -76,15 +89,10 @@ class RunnerProtocol:
 
     async def issue(self, runner_job_id: str, *, session_id: str, run_id: str,
                     task_id: str = "", attempt_id: str = "") -> str:
-        """A new random token for the job, its hash recorded before anyone can hold it.
-
-        The token names its job (``<runnerJobId>.<random>``) so a request carrying it says
-        which job it speaks for; the hash covers the whole token."""
-        token = f"{runner_job_id}.{secrets.token_urlsafe(32)}"
-        await self.writer.execute(IssueJobToken(
-            runner_job_id, session_id=session_id, run_id=run_id,
-            token_sha256=token_hash(token), at=now_text(), task_id=task_id,
-            attempt_id=attempt_id), MANAGER)
+        """A new random token for the job, its hash recorded before anyone can hold it."""
+        token, command = new_token(runner_job_id, session_id=session_id, run_id=run_id,
+                                   task_id=task_id, attempt_id=attempt_id)
+        await self.writer.execute(command, MANAGER)
         return token
 
     async def claim(self, runner_job_id: str, token: str, claimant: str,

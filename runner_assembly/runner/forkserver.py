@@ -1,0 +1,69 @@
+"""A pre-started runner interpreter that forks one local runner per job (local driver).
+
+    python -I -S -c <boot> (started by :class:`runner_assembly.drivers.forkserver.Forkserver`)
+
+It is started like a runner (isolated, no ``site``, the runner's minimal environment, a
+session of its own), imports the runner once, and then reads requests from standard input,
+one JSON line each: ``{"folder": <job dir>, "args": [<runner arguments>]}``. For each it
+forks; the parent answers the child's pid on standard output (``0``: the fork failed) and
+reaps nothing (``SIGCHLD`` is ignored, so ended runners never linger as zombies). The base
+tools' versions of the startup event are asked once, before the first fork. The child
+becomes exactly what a freshly started runner is: a new session, ``/dev/null`` as standard
+input, ``runner.log`` as standard output and error, no other descriptor, the job directory as
+working directory and ``HOME``, default ``SIGCHLD``; then it runs
+:func:`runner_assembly.runner.local.main` and exits through the interpreter's normal exit.
+It holds no secret and no job state: a job's token, secrets and masks are read by its child
+only. At end of input (the server closed the pipe or died) it exits; runners it forked run on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from runner_assembly.runner import local, startup
+
+MAX_FD = os.sysconf("SC_OPEN_MAX")
+
+
+def _become_runner(folder: str) -> None:
+    """In the forked child: the process state a runner started by ``Popen`` would have."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    log = os.open(os.path.join(folder, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                  0o666)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.closerange(3, MAX_FD)
+    os.chdir(folder)
+    os.environ["HOME"] = folder
+
+
+def serve() -> int | None:
+    """Fork a runner per request; None at end of input, a child's exit code in the child."""
+    startup.warm()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    requests = sys.stdin.buffer
+    answers = sys.stdout.buffer
+    for line in iter(requests.readline, b""):
+        request = json.loads(line)
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1
+        if pid == 0:
+            _become_runner(request["folder"])
+            return local.main(request["args"])
+        answers.write(b"%d\n" % max(pid, 0))
+        answers.flush()
+    return None
+
+
+def main() -> int:
+    """Entry point: serve until end of input (0), or, in a forked runner, its exit code."""
+    code = serve()
+    return 0 if code is None else code
