@@ -102,10 +102,10 @@ class Kubelet:
         for container in [*pod.get("initContainers", []), *pod["containers"]]:
             try:
                 argv, env = self.container(folder, container, volumes)
-            except LookupError:
+            except LookupError as error:
                 await self.pod_status(name, container["name"], {"waiting": {
                     "reason": "CreateContainerConfigError",
-                    "message": "couldn't find key in Secret"}})
+                    "message": f"couldn't find key {error.args[0]} in Secret {NS}/{name}"}})
                 return
             process = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True,

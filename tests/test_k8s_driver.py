@@ -355,8 +355,18 @@ def pod_with(state: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("state", "expected"), [
-    ({"waiting": {"reason": "CreateContainerConfigError", "message": "no key"}},
+    ({"waiting": {"reason": "CreateContainerConfigError",
+                  "message": "couldn't find key OPENAI_KEY in Secret svc/tool-creds"}},
      ("blocked", "secret-unavailable", None)),
+    ({"waiting": {"reason": "CreateContainerConfigError",
+                  "message": 'secret "tool-creds" not found'}},
+     ("blocked", "secret-unavailable", None)),
+    ({"waiting": {"reason": "CreateContainerConfigError", "message":
+                  "failed to sync secret cache: timed out waiting for the condition"}},
+     ("running", None, None)),
+    ({"waiting": {"reason": "CreateContainerConfigError", "message":
+                  "container has runAsNonRoot and image will run as root"}},
+     ("running", None, None)),
     ({"terminated": {"exitCode": 3, "message": json.dumps(
         {"failureKind": "prompt-unavailable", "failureMessage": "no prompt"})}},
      ("blocked", "prompt-unavailable", 3)),

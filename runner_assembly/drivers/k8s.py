@@ -23,6 +23,7 @@ import base64
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -232,16 +233,23 @@ class KubernetesDriver:
                                   f"(HTTP {error.status})") from None
 
 
+MISSING_SECRET = re.compile(r'secret "[^"]*" not found|couldn\'t find key \S+ in Secret')
+"""kubelet's words for a missing secret or key; its other configuration errors (a secret
+cache that timed out, ``runAsNonRoot`` against a root image) are not a missing secret, and
+the job stays as it is until the runner reports or its lease ends."""
+
+
 def pod_container_status(container: Any) -> JobStatus | None:
     """A failed container's state as the job's outcome, or None while it is fine.
 
-    A container kubelet would not configure (a missing secret or key behind a
-    ``secretKeyRef``) is ``secret-unavailable``; a container that ended with a non-zero code
-    carries the runner's termination message (``{"failureKind", "failureMessage"}``), else
-    the runner was lost before it could say more."""
+    A container kubelet would not configure because a secret or key behind a
+    ``secretKeyRef`` is missing is ``secret-unavailable``; a container that ended with a
+    non-zero code carries the runner's termination message (``{"failureKind",
+    "failureMessage"}``), else the runner was lost before it could say more."""
     state = getattr(container, "state", None)
     waiting = getattr(state, "waiting", None)
-    if waiting is not None and waiting.reason == "CreateContainerConfigError":
+    if waiting is not None and waiting.reason == "CreateContainerConfigError" \
+            and MISSING_SECRET.search(waiting.message or ""):
         return JobStatus(JobState.BLOCKED, failure_kind=FailureKind.SECRET_UNAVAILABLE,
                          failure_message=f"kubelet could not configure the runner's container "
                                          f"{container.name}: a referenced secret or key is "
