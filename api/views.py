@@ -11,9 +11,16 @@ from api import wire
 from ledger.states import AttemptStatus, TaskStatus
 from projections.attempt_summary import AttemptRow
 from projections.commander import PHASE
-from projections.judge_run import JudgeRunRow
 from projections.queries import CommanderResult, StatsResult, TaskPage
-from projections.rows import CommanderRow, JsonObject, RunView, SessionHead, SessionView, TurnFields
+from projections.rows import (
+    CommanderRow,
+    JsonObject,
+    JudgeRunRow,
+    RunView,
+    SessionHead,
+    SessionView,
+    TurnFields,
+)
 from projections.task_summary import TaskSummaryRow
 
 SESSION_PATH = "/api/v1/sessions/{}"

@@ -9,8 +9,14 @@ import msgspec
 from msgspec import Meta
 
 from ledger.states import AttemptStatus
-from projections.judge_run import JudgeRunRow
-from projections.rows import CommanderHead, JsonObject, RunnerJobHead, StatsCounter, TaskHead
+from projections.rows import (
+    CommanderHead,
+    JsonObject,
+    JudgeRunRow,
+    RunnerJobHead,
+    StatsCounter,
+    TaskHead,
+)
 from runner_assembly.assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"

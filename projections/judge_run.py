@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
-import msgspec
-
 from ledger.events import JudgeRecorded
 from ledger.streams import RecordedEntry
 from ledger.task import STREAM_TYPE as TASK_STREAM
 from projections.projection import Fold, Projection, Rows
-
-
-class JudgeRunRow(msgspec.Struct, rename="camel", frozen=True):
-    """A row of ``judge_run``; field order is the column order (camelCase on the wire)."""
-
-    task_id: str
-    judge_id: str
-    attempt_id: str
-    judge: str
-    result: str
-    failure_kind: str | None
-    retry_suggested: bool
-    retry_reason: str | None
-    summary: str | None
-    request: dict[str, Any]
-    change_seq: int
-    created_at: datetime
+from projections.rows import JudgeRunRow
 
 
 def evolve(_row: JudgeRunRow | None, entry: RecordedEntry) -> JudgeRunRow:

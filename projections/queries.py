@@ -16,10 +16,10 @@ from ledger.database import Queryable
 from ledger.errors import InvalidRequest
 from ledger.sqlfile import load_queries
 from projections.attempt_summary import AttemptRow
-from projections.judge_run import JudgeRunRow
 from projections.rows import (
     CommanderRow,
     JsonObject,
+    JudgeRunRow,
     ReservedRun,
     RunView,
     StatsCounter,

@@ -162,3 +162,20 @@ class TurnFields(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     exit_code: int | None
     created_at: datetime
     finished_at: datetime | None
+
+
+class JudgeRunRow(msgspec.Struct, rename="camel", frozen=True):
+    """A row of ``judge_run``; field order is the column order (camelCase on the wire)."""
+
+    task_id: str
+    judge_id: str
+    attempt_id: str
+    judge: str
+    result: str
+    failure_kind: str | None
+    retry_suggested: bool
+    retry_reason: str | None
+    summary: str | None
+    request: JsonObject
+    change_seq: int
+    created_at: datetime
