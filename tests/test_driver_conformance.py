@@ -30,7 +30,14 @@ from kubernetes import client as k8s
 
 from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.assembly.failures import MINIMAL_PATH
-from runner_assembly.assembly.names import RUNNER_TOKEN_KEY, TERMINATION_LOG, TOKEN_FILE
+from runner_assembly.assembly.names import (
+    JOB_SPEC_KEY,
+    POD_JOB_SPEC_DIR,
+    POD_STATE_DIR,
+    RUNNER_TOKEN_KEY,
+    TERMINATION_LOG,
+    TOKEN_FILE,
+)
 from runner_assembly.drivers.k8s import api_client
 from runner_assembly.runner.sandbox import _system_args, find_bwrap, python_paths
 from runner_assembly.settings import RunnerSettings
@@ -322,6 +329,31 @@ async def test_output_trace_assembly_storage_and_a_thread_resumed_across_two_tur
     if harness.kubelet is not None:  # the pod's own logs too
         shown += "".join(log.read_text() for log in harness.kubelet.root.glob("*/*.log"))
     assert SECRET_CANARY not in shown and token not in shown, "no value is printed"
+
+
+async def test_the_backend_cannot_read_its_runner_token(harness: Harness) -> None:
+    """The backend runs with its runner's UID: the token (and the job spec next to it, and
+    the runner's scratch) must be out of its reach, or it could pose as its runner. The job
+    still reports normally."""
+    if harness.kubelet is None:
+        hidden = [f"{harness.settings.jobs_dir}/*/{TOKEN_FILE}",
+                  f"{harness.settings.jobs_dir}/*/spec.json"]
+    else:
+        hidden = [f"{POD_JOB_SPEC_DIR}/{RUNNER_TOKEN_KEY}", f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}",
+                  POD_JOB_SPEC_DIR, f"{POD_STATE_DIR}/launch.json"]
+    client = harness.client
+    task_id = await submit(client, f"read: {' '.join(hidden)}\nlines: 1",
+                           sessionRef=ref("ses_tok"))
+    await dispatch(client, task_id)
+    done = await settle(client, task_id, timeout=60)
+    assert done["state"] == "completed", done
+    output = await lines(client, "ses_tok")
+    reads = [line for line in output if line.startswith("read ")]
+    assert len(reads) == len(hidden), output
+    assert all(line.startswith("read failed (") for line in reads), reads
+    assert "line 1" in output
+    trace = await lines(client, "ses_tok", "trace")
+    assert any('"backend-exit"' in line for line in trace), trace
 
 
 ENV_CREDENTIAL = {"secretScope": {"toolCredentials": [

@@ -11,7 +11,7 @@ import json
 import logging
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kmock
 import kubernetes_validate
@@ -28,6 +28,9 @@ from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import FileSecretStore
 from runner_assembly.drivers.k8s import KubernetesDriver, api_client
 from runner_assembly.drivers.protocol import DriverError, JobSpec
+from runner_assembly.runner import pod as pod_runner
+from runner_assembly.runner.jobspec import RunnerSpec
+from runner_assembly.runner.sandbox import pod_mounts
 from tests.support import SECRET_CANARY, write_profile_secret
 from tests.test_k8s_manifests import KUBERNETES_VERSION, pod_security_violations
 
@@ -165,6 +168,27 @@ def test_every_rendered_object_validates_strictly_and_holds_no_value(tmp_path: P
     assert pvc["spec"]["storageClassName"] == "local-path"
     assert plan.resource_bundle is not None
     assert plan.resource_bundle.fetches[0].mirror_used is False, "no mirror configured"
+
+
+def test_the_backend_sandbox_shows_every_backend_mount_but_the_job_secret(
+    tmp_path: Path
+) -> None:
+    """The ``backend`` container mounts the per-job Secret (its runner needs the token); the
+    backend itself runs under bwrap with every other mount of its container and not that."""
+    plan = plan_of(tmp_path)
+    (backend,) = k8s_objects.job(plan)["spec"]["template"]["spec"]["containers"]
+    spec: dict[str, Any] = {"plan": msgspec.to_builtins(plan), "backend_command": ["agent"],
+                            "resource_bin_path": None, "workspace_root": None}
+    mounts = pod_mounts(cast(RunnerSpec, spec), pod_runner.layout_of(spec),
+                        pod_runner.STATE_DIR)
+    shown = [*mounts.read_write, *mounts.read_only, *mounts.read_only_over]
+    by_name = {m["name"]: Path(m["mountPath"]) for m in backend["volumeMounts"]}
+    assert {"job", "session", "home", "workspace"} <= set(by_name)
+    assert not any(by_name["job"].is_relative_to(path) for path in shown), "token hidden"
+    for name, path in by_name.items():
+        if name not in ("job", "tmp"):  # the sandbox has its own /tmp
+            assert any(path.is_relative_to(shown_path) for shown_path in shown), name
+    assert pod_runner.STATE_DIR in mounts.hidden
 
 
 def test_the_image_is_reused_or_build_required(tmp_path: Path) -> None:

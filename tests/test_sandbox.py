@@ -6,6 +6,7 @@ refuses to start unless ``SVC_LOCAL_SANDBOX=off``, which the banner and health r
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.drivers import DriverError
 from runner_assembly.drivers.local import LocalDriver
+from runner_assembly.runner.pod import non_dumpable
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, running_api, svc_executable
 from tests.support import task_body, write_profile_secret
@@ -193,3 +195,24 @@ async def test_serve_without_bwrap_runs_unsandboxed_when_told_and_says_so(
     (job,) = (tmp_path / "data" / "jobs").iterdir()
     trace = [json.loads(line) for line in (job / "trace.jsonl").read_text().splitlines()]
     assert [e["sandbox"] for e in trace if e["kind"] == "backend-start"] == ["off"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs to change its UID")
+def test_a_pod_runner_is_not_readable_by_a_same_uid_child() -> None:
+    """The pod runner holds the token in memory: once non-dumpable, a process of its own UID
+    (the backend) reads neither its environment nor its memory through ``/proc``."""
+    probe = ["/bin/sh", "-c", "cat /proc/$PPID/environ >/dev/null 2>&1 && echo readable"]
+    child = os.fork()
+    if child == 0:  # an unprivileged UID of its own, dumpable as a plain process is
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)
+            before = subprocess.run(probe, capture_output=True, text=True, cwd="/").stdout
+            non_dumpable()
+            after = subprocess.run(probe, capture_output=True, text=True, cwd="/").stdout
+            os._exit(0 if before.strip() == "readable" and not after.strip() else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

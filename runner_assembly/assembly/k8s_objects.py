@@ -7,7 +7,9 @@
   read-only root file system, secrets mounted read-only, tool env credentials and the
   per-job secret only through ``secretKeyRef``. Both run the runner, which speaks the runner
   protocol to the manager's Service (``SVC_RUNNER_API_URL`` in the Job's env) with the job's
-  token, mounted from the per-job Secret as a file. Referenced secrets are mounted
+  token, mounted from the per-job Secret as a file; the ``backend`` container's runner starts
+  the backend under bwrap without that mount (:func:`runner_assembly.runner.pod.sandboxed`),
+  so the backend cannot read the token. Referenced secrets are mounted
   ``optional``: the runner reports a missing one as ``secret-unavailable`` (an env reference
   stays required: kubelet's ``CreateContainerConfigError``, mapped by the driver).
 

@@ -10,15 +10,19 @@ loses the claim leaves a mark so the backend container starts nothing), runs the
 steps, sends the bounded assembly event and writes the launch file (non-secret environment
 and the prompt) into its own scratch, the pod's emptyDir. ``backend`` (main container)
 heartbeats, starts the backend with that environment plus the secret references Kubernetes
-injected, writes its output masked by value to scratch files that the shipper sends in
-numbered batches (the assembly's trace lines first), then reports the thread, the session
-storage summary and its exit. A failure kind is also left as the container's termination
-message: the manager's fallback when the exit report could not be delivered.
+injected -- under bubblewrap, without the per-job Secret's mount: the runner holds the token
+in memory only and is not dumpable, so the backend (same UID) cannot read the token and pose
+as its runner (:func:`sandboxed`) -- writes its output masked by value to scratch files that
+the shipper sends in numbered batches (the assembly's trace lines first), then reports the
+thread, the session storage summary and its exit. A failure kind is also left as the
+container's termination message: the manager's fallback when the exit report could not be
+delivered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -26,19 +30,21 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ledger.states import FailureKind, job_state_of_failure
 from runner_assembly.assembly import names
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.backend_run import run_relayed
+from runner_assembly.runner.jobspec import RunnerSpec
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.local import MASKER, _outcome, _thread, now, trace
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 from runner_assembly.runner.masking import Masker
 from runner_assembly.runner.projection import SecretSource
+from runner_assembly.runner.sandbox import SandboxUnavailable, find_bwrap, pod_mounts, wrap
 from runner_assembly.runner.session_volume import summarize
 from runner_assembly.runner.shipping import Heartbeats, Shipper
 from runner_assembly.runner.startup import startup_event
@@ -46,6 +52,7 @@ from runner_assembly.runner.startup import startup_event
 STATE_DIR = Path(names.POD_STATE_DIR)
 NOT_CLAIMED = "not-claimed"
 """Left by an ``assemble`` phase that lost the claim: the backend container starts nothing."""
+PR_SET_DUMPABLE = 4
 EXIT_FIELDS = ("state", "exitCode", "failureKind", "failureMessage", "startedAt", "finishedAt")
 
 
@@ -113,6 +120,7 @@ def backend(spec_path: Path) -> int:
     ship its masked output and report its thread, the storage summary and its exit."""
     if (STATE_DIR / NOT_CLAIMED).exists():
         return 0
+    non_dumpable()
     spec = json.loads(spec_path.read_text())
     client = client_of(spec, spec_path)
     launch = json.loads((STATE_DIR / "launch.json").read_text())
@@ -138,14 +146,15 @@ def run_backend(spec: dict[str, Any], launch: dict[str, Any], env: dict[str, str
     try:
         check_backend_launch(command, workspace)
         check_mounted_secrets(spec["plan"])
+        sandbox = sandboxed(spec, layout, command, workspace)
     except AssemblyFailure as failure:
         return failed(failure)
     thread = spec["plan"].get("thread") or {}
     trace(STATE_DIR, "backend-start", thread=thread.get("mode", "start"),
-          threadId=thread.get("threadId"), sandbox="pod")
+          threadId=thread.get("threadId"), sandbox="bwrap")
     started = now()
     try:
-        code, finished = run_relayed(command, workspace, env, STATE_DIR, MASKER, forward_term)
+        code, finished = run_relayed(sandbox, workspace, env, STATE_DIR, MASKER, forward_term)
     except OSError as error:
         return failed(spawn_failure(error, command, workspace))
     report = {**_outcome(layout, code), "startedAt": started, "finishedAt": finished}
@@ -157,6 +166,27 @@ def run_backend(spec: dict[str, Any], launch: dict[str, Any], env: dict[str, str
     if volume:
         client.storage(spec["session_id"], summarize(layout.session_dir, volume))
     return report
+
+
+def non_dumpable() -> None:
+    """``PR_SET_DUMPABLE`` 0: no process of the same UID may read this runner's memory or
+    environment (``/proc/<pid>/mem``, ``environ``) nor trace it; it holds the token."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def sandboxed(spec: dict[str, Any], layout: Layout, command: list[str],
+              workspace: Path) -> list[str]:
+    """The backend command under bubblewrap: home, workspaces, session volume and volume
+    credentials, but not the per-job Secret's mount (the runner token, the job spec) and
+    not the runner's scratch. No bwrap, no backend: ``infra-failed`` (never unsandboxed)."""
+    try:
+        bwrap = find_bwrap()
+    except SandboxUnavailable as error:
+        raise AssemblyFailure(FailureKind.INFRA_FAILED, str(error)) from None
+    return wrap(bwrap, command, pod_mounts(cast(RunnerSpec, spec), layout, STATE_DIR),
+                workspace)
 
 
 def forward_term(child: subprocess.Popen[bytes]) -> None:

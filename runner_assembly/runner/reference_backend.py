@@ -14,10 +14,13 @@ Prompt lines it obeys (anything else is echoed):
     blocker: KIND    report an assembly blocker (e.g. required-skill-unavailable)
     lines: N         print N numbered lines (for output paging)
     pace: S          wait S seconds after each numbered line
+    read: P1 P2      try to read each path (file or folder; a glob: each match) and
+                     print whether it could, never what it read (what a sandbox hides)
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -26,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-DIRECTIVES = ("exit", "sleep", "blocker", "lines", "pace")
+DIRECTIVES = ("exit", "sleep", "blocker", "lines", "pace", "read")
 
 
 def rollout_dir(home: Path) -> Path:
@@ -63,6 +66,18 @@ def open_thread(home: Path, prompt: str) -> str | None:
     return thread
 
 
+def try_read(path: Path) -> str:
+    """Whether ``path`` can be read (a folder: listed), as a line naming no content."""
+    try:
+        if path.is_dir():
+            os.listdir(path)
+        else:
+            path.read_bytes()
+    except OSError as error:
+        return f"read failed ({type(error).__name__}): {path}"
+    return f"read succeeded: {path}"
+
+
 def main() -> int:
     """Read the prompt, open the thread, act on the directives, print what it did."""
     prompt = sys.stdin.read()
@@ -83,6 +98,9 @@ def main() -> int:
     for number in range(int(directives.get("lines", "0"))):
         print(f"line {number + 1}", flush=bool(pace))
         time.sleep(pace)
+    for pattern in directives.get("read", "").split():
+        for path in glob.glob(pattern) or [pattern]:
+            print(try_read(Path(path)))
     sys.stdout.flush()
     if "sleep" in directives:
         time.sleep(float(directives["sleep"]))

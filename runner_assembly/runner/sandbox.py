@@ -49,6 +49,8 @@ class Mounts:
     read_only: tuple[Path, ...] = ()
     read_only_over: tuple[Path, ...] = ()
     """Read-only views laid over parts of a read-write path (volume tool credentials)."""
+    hidden: tuple[Path, ...] = ()
+    """Paths inside a read-write path the backend must not see: an empty tmpfs over each."""
 
 
 def find_bwrap() -> str:
@@ -107,16 +109,32 @@ def job_mounts(spec: RunnerSpec, layout: Layout, volume_dir: Path | None) -> Mou
     writable = [layout.home, layout.workspace_root]
     if volume_dir is not None:
         writable.append(volume_dir)
+    tools = [layout.home_path(use["mountPath"]) for use in plan["secrets"]
+             if use["role"] == "tool" and use["projection"] == "volume"]
+    return Mounts(read_write=tuple(writable), read_only=tuple(readable_paths(spec)),
+                  read_only_over=tuple(tools))
+
+
+def pod_mounts(spec: RunnerSpec, layout: Layout, scratch: Path) -> Mounts:
+    """The mounts of a pod's backend: its home (with the session volume mounted in it) and
+    workspaces, the volume tool credentials at their mount paths; the runner's ``scratch``
+    hidden, and the per-job Secret's mount (the runner token) absent."""
+    tools = [Path(use["mountPath"]) for use in spec["plan"]["secrets"]
+             if use["role"] == "tool" and use["projection"] == "volume"]
+    return Mounts(read_write=(layout.home, layout.workspace_root),
+                  read_only=tuple(readable_paths(spec)), read_only_over=tuple(tools),
+                  hidden=(scratch,))
+
+
+def readable_paths(spec: RunnerSpec) -> list[Path]:
+    """What any backend reads: Python, the files its command names, the resource bin."""
     readable = python_paths()
     readable += [path for path in command_files(spec["backend_command"])
                  if not _within(path.resolve(), [Path("/usr"), *readable])]
     bin_path = spec.get("resource_bin_path")
     if bin_path:
         readable.append(Path(bin_path))
-    tools = [layout.home_path(use["mountPath"]) for use in plan["secrets"]
-             if use["role"] == "tool" and use["projection"] == "volume"]
-    return Mounts(read_write=tuple(writable), read_only=tuple(readable),
-                  read_only_over=tuple(tools))
+    return readable
 
 
 def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path) -> list[str]:
@@ -127,6 +145,8 @@ def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path) -> list[
     args += _binds("--ro-bind", mounts.read_only)
     args += _binds("--bind", mounts.read_write)
     args += _binds("--ro-bind", mounts.read_only_over)
+    for path in mounts.hidden:
+        args += ["--tmpfs", str(path)]
     # bwrap sets PWD; ``env -u`` takes it away again: the environment is exactly the plan's.
     return [*args, "--chdir", str(cwd), "--", ENV, "-u", "PWD", *command]
 
