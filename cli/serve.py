@@ -33,9 +33,13 @@ WORKER_APP = "api.worker:create"
 """The factory each worker process of ``--workers N`` builds its app with."""
 
 SANDBOX_BANNER = {
-    "bwrap": "local sandbox: bwrap (backends see only their own job)",
-    "off": "local sandbox: OFF (SVC_LOCAL_SANDBOX=off): backends run unsandboxed and can read "
-           "every secret and job under the data directory",
+    ("local", "bwrap"): "local sandbox: bwrap (backends see only their own job)",
+    ("local", "off"): "local sandbox: OFF (SVC_LOCAL_SANDBOX=off): backends run unsandboxed and "
+                      "can read every secret and job under the data directory",
+    ("kubernetes", "bwrap"): "pod sandbox: bwrap (a backend cannot read its runner's token; "
+                             "nodes must allow user namespaces)",
+    ("kubernetes", "off"): "pod sandbox: OFF (SVC_POD_SANDBOX=off): a backend can read its "
+                           "runner's token and speak for its runner",
 }
 
 
@@ -129,8 +133,7 @@ def serve(
         os.environ["SVC_RUNNER_API_URL"] = runner_api  # what each worker's settings read
     render.out(f"svc serving on {api} with {workers} worker{'s' * (workers > 1)} "
                f"(database: {where}; migrations applied: {', '.join(applied) or 'none pending'})")
-    if settings.sandbox is not None:
-        render.out(SANDBOX_BANNER[settings.sandbox])
+    render.out(SANDBOX_BANNER[settings.driver, settings.sandbox])
     if server is not None and ensure_demo_secret(data_dir()):
         render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
                    "(reference backend only)")

@@ -69,6 +69,10 @@ class RunnerSettings:
     session_sync_interval_ms: int = 1000
     local_sandbox: str = "bwrap"
     """``SVC_LOCAL_SANDBOX``: ``bwrap`` (local backends under bubblewrap) or ``off``."""
+    pod_sandbox: str = "bwrap"
+    """``SVC_POD_SANDBOX``: ``bwrap`` (a pod's backend under bubblewrap, without the runner's
+    token) or ``off`` (for nodes that refuse user namespaces; the backend can then read the
+    token and speak for its runner)."""
     runner_api_url: str | None = None
     """``SVC_RUNNER_API_URL``: where runners reach the runner protocol (``svc serve`` sets its
     own address when unset)."""
@@ -114,15 +118,16 @@ class RunnerSettings:
             session_gc_interval_ms=int(env.get("SVC_SESSION_GC_INTERVAL_MS", "300000")),
             session_sync_interval_ms=int(env.get("SVC_SESSION_SYNC_INTERVAL_MS", "1000")),
             local_sandbox=env.get("SVC_LOCAL_SANDBOX") or "bwrap",
+            pod_sandbox=env.get("SVC_POD_SANDBOX") or "bwrap",
             runner_api_url=env.get("SVC_RUNNER_API_URL") or None,
             runner_heartbeat_s=_seconds(env, "SVC_RUNNER_HEARTBEAT_S", 10.0),
             runner_lease_s=_seconds(env, "SVC_RUNNER_LEASE_S", 60.0),
         )
 
     @property
-    def sandbox(self) -> str | None:
-        """How local backends are confined (``bwrap`` or ``off``); None with Kubernetes."""
-        return self.local_sandbox if self.driver == "local" else None
+    def sandbox(self) -> str:
+        """How backends are confined (``bwrap`` or ``off``): locally, or in their pods."""
+        return self.local_sandbox if self.driver == "local" else self.pod_sandbox
 
     @property
     def secrets_dir(self) -> Path:

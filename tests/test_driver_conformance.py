@@ -256,8 +256,10 @@ def store_secrets(server: Any, secrets_dir: Path) -> None:
 async def harness(request: pytest.FixtureRequest, database_url: str,
                   runner_settings: RunnerSettings, tmp_path: Path) -> AsyncIterator[Harness]:
     """The app on loopback with the driver under test (and its kubelet for kubernetes)."""
+    sandbox = "off" if request.node.get_closest_marker("unsandboxed") else "bwrap"
     settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.3,
-                                   runner_lease_s=5.0)
+                                   runner_lease_s=5.0, local_sandbox=sandbox,
+                                   pod_sandbox=sandbox)
     kubelet = None
     if request.param == "kubernetes":
         server = request.getfixturevalue("kube")
@@ -331,16 +333,22 @@ async def test_output_trace_assembly_storage_and_a_thread_resumed_across_two_tur
     assert SECRET_CANARY not in shown and token not in shown, "no value is printed"
 
 
-async def test_the_backend_cannot_read_its_runner_token(harness: Harness) -> None:
-    """The backend runs with its runner's UID: the token (and the job spec next to it, and
-    the runner's scratch) must be out of its reach, or it could pose as its runner. The job
-    still reports normally."""
+def token_paths(harness: Harness) -> list[str]:
+    """Where a job's runner token and spec lie, as its backend would look for them."""
     if harness.kubelet is None:
         hidden = [f"{harness.settings.jobs_dir}/*/{TOKEN_FILE}",
                   f"{harness.settings.jobs_dir}/*/spec.json"]
     else:
         hidden = [f"{POD_JOB_SPEC_DIR}/{RUNNER_TOKEN_KEY}", f"{POD_JOB_SPEC_DIR}/{JOB_SPEC_KEY}",
                   POD_JOB_SPEC_DIR, f"{POD_STATE_DIR}/launch.json"]
+    return hidden
+
+
+async def test_the_backend_cannot_read_its_runner_token(harness: Harness) -> None:
+    """The backend runs with its runner's UID: the token (and the job spec next to it, and
+    the runner's scratch) must be out of its reach, or it could pose as its runner. The job
+    still reports normally."""
+    hidden = token_paths(harness)
     client = harness.client
     task_id = await submit(client, f"read: {' '.join(hidden)}\nlines: 1",
                            sessionRef=ref("ses_tok"))
@@ -354,6 +362,26 @@ async def test_the_backend_cannot_read_its_runner_token(harness: Harness) -> Non
     assert "line 1" in output
     trace = await lines(client, "ses_tok", "trace")
     assert any('"backend-exit"' in line for line in trace), trace
+
+
+@pytest.mark.unsandboxed
+async def test_with_the_sandbox_off_the_backend_reads_the_token_and_the_trace_says_so(
+    harness: Harness
+) -> None:
+    """``SVC_LOCAL_SANDBOX=off`` / ``SVC_POD_SANDBOX=off``: the operator's knowing way out
+    (nodes without user namespaces); the backend then reads what the sandbox hides."""
+    paths = [path for path in token_paths(harness) if "*" not in path][:1] or \
+        token_paths(harness)[:1]
+    task_id = await submit(harness.client, f"read: {paths[0]}\nlines: 1",
+                           sessionRef=ref("ses_off"))
+    await dispatch(harness.client, task_id)
+    done = await settle(harness.client, task_id, timeout=60)
+    assert done["state"] == "completed", done
+    output = await lines(harness.client, "ses_off")
+    assert any(line.startswith("read succeeded: ") for line in output), output
+    trace = await lines(harness.client, "ses_off", "trace")
+    assert any('"backend-start"' in line and '"sandbox": "off"' in line for line in trace), \
+        trace
 
 
 ENV_CREDENTIAL = {"secretScope": {"toolCredentials": [

@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from kmock._internal import enums
 
+from cli.serve import SANDBOX_BANNER
 from runner_assembly.assembly import k8s_objects
 from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.assembly.failures import AssemblyFailure
@@ -26,11 +27,13 @@ from runner_assembly.assembly.model import ImageSource
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import FileSecretStore
+from runner_assembly.drivers import make_driver
 from runner_assembly.drivers.k8s import KubernetesDriver, api_client
 from runner_assembly.drivers.protocol import DriverError, JobSpec
 from runner_assembly.runner import pod as pod_runner
 from runner_assembly.runner.jobspec import RunnerSpec
 from runner_assembly.runner.sandbox import pod_mounts
+from runner_assembly.settings import RunnerSettings
 from tests.support import SECRET_CANARY, write_profile_secret
 from tests.test_k8s_manifests import KUBERNETES_VERSION, pod_security_violations
 
@@ -408,3 +411,23 @@ async def test_pod_status_is_the_fallback_when_the_runner_could_not_report(
     assert (seen.state, seen.failure_kind, seen.exit_code) == expected
     if seen.failure_kind == "runner-lost":
         assert "OOMKilled" in (seen.failure_message or "")
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "off"])
+def test_the_pod_sandbox_setting_reaches_every_job_and_the_banner(
+    tmp_path: Path, mode: str
+) -> None:
+    settings = RunnerSettings(data_dir=tmp_path, driver="kubernetes",
+                              kubernetes_api="http://127.0.0.1:9", pod_sandbox=mode)
+    driver = make_driver(settings)
+    assert isinstance(driver, KubernetesDriver)
+    assert driver.runner_env["SVC_POD_SANDBOX"] == mode
+    assert settings.sandbox == mode
+    assert ("OFF" in SANDBOX_BANNER["kubernetes", settings.sandbox]) == (mode == "off")
+
+
+def test_an_unknown_pod_sandbox_mode_is_refused(tmp_path: Path) -> None:
+    settings = RunnerSettings(data_dir=tmp_path, driver="kubernetes",
+                              kubernetes_api="http://127.0.0.1:9", pod_sandbox="chroot")
+    with pytest.raises(DriverError, match="SVC_POD_SANDBOX is bwrap or off, not 'chroot'"):
+        make_driver(settings)

@@ -42,7 +42,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
 )
 from runner_assembly.runner.jobfiles import write_json_atomically, write_private
-from runner_assembly.runner.sandbox import BWRAP, MODES, SandboxUnavailable, find_bwrap
+from runner_assembly.runner.sandbox import BWRAP, SandboxUnavailable, find_bwrap, mode_error
 
 RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
     str(Path(module.__file__ or "").resolve().parents[1])
@@ -100,9 +100,8 @@ class LocalDriver:
         self.heartbeat_s = heartbeat_s
         self.jobs_dir = jobs_dir
         self.sessions_dir = sessions_dir
-        if sandbox not in MODES:
-            raise DriverError(FailureKind.SCHEMA_INVALID,
-                              f"SVC_LOCAL_SANDBOX is {' or '.join(MODES)}, not {sandbox!r}")
+        if (refused := mode_error("SVC_LOCAL_SANDBOX", sandbox)) is not None:
+            raise DriverError(FailureKind.SCHEMA_INVALID, refused)
         self.sandbox = sandbox
         self.forkserver = Forkserver(boot_command("forkserver"), jobs_dir,
                                      jobs_dir.parent / "runner-forkserver.log")

@@ -44,7 +44,14 @@ from runner_assembly.runner.local import MASKER, _outcome, _thread, now, trace
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 from runner_assembly.runner.masking import Masker
 from runner_assembly.runner.projection import SecretSource
-from runner_assembly.runner.sandbox import SandboxUnavailable, find_bwrap, pod_mounts, wrap
+from runner_assembly.runner.sandbox import (
+    BWRAP,
+    OFF,
+    SandboxUnavailable,
+    find_bwrap,
+    pod_mounts,
+    wrap,
+)
 from runner_assembly.runner.session_volume import summarize
 from runner_assembly.runner.shipping import Heartbeats, Shipper
 from runner_assembly.runner.startup import startup_event
@@ -146,12 +153,13 @@ def run_backend(spec: dict[str, Any], launch: dict[str, Any], env: dict[str, str
     try:
         check_backend_launch(command, workspace)
         check_mounted_secrets(spec["plan"])
-        sandbox = sandboxed(spec, layout, command, workspace)
+        mode = os.environ.get("SVC_POD_SANDBOX") or BWRAP
+        sandbox = command if mode == OFF else sandboxed(spec, layout, command, workspace)
     except AssemblyFailure as failure:
         return failed(failure)
     thread = spec["plan"].get("thread") or {}
     trace(STATE_DIR, "backend-start", thread=thread.get("mode", "start"),
-          threadId=thread.get("threadId"), sandbox="bwrap")
+          threadId=thread.get("threadId"), sandbox=mode)
     started = now()
     try:
         code, finished = run_relayed(sandbox, workspace, env, STATE_DIR, MASKER, forward_term)

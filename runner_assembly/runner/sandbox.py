@@ -25,7 +25,13 @@ from runner_assembly.runner.layout import Layout
 BWRAP = "bwrap"
 OFF = "off"
 MODES = (BWRAP, OFF)
-"""``SVC_LOCAL_SANDBOX``: ``bwrap`` (the default) or ``off`` (backends run unsandboxed)."""
+"""``SVC_LOCAL_SANDBOX`` and ``SVC_POD_SANDBOX``: ``bwrap`` (the default) or ``off``
+(backends run unsandboxed)."""
+
+
+def mode_error(setting: str, value: str) -> str | None:
+    """Why ``value`` is no sandbox mode for ``setting``, or None when it is one."""
+    return None if value in MODES else f"{setting} is {' or '.join(MODES)}, not {value!r}"
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_ENTRIES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group",
