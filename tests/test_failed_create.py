@@ -19,25 +19,19 @@ import pytest
 import api.app
 from ledger.states import FailureKind
 from runner_assembly.drivers import make_driver
-from runner_assembly.drivers.protocol import (
-    DriverError,
-    JobHandle,
-    JobSpec,
-    JobStatus,
-    RunnerDriver,
-)
+from runner_assembly.drivers.faults import FaultyDriver
+from runner_assembly.drivers.protocol import DriverError, JobHandle, JobSpec, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
 from tests.test_dispatch import dispatch, run_task, submit
 from tests.test_sessions import command
 
 
-class StartsThenFails:
+class StartsThenFails(FaultyDriver):
     """Creates for real (the runner starts), then, while ``kind`` is set, reports an error."""
 
     def __init__(self, inner: RunnerDriver) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner, frozenset(), 0)
         self.kind: FailureKind | None = None
         self.started: dict[str, int] = {}
 
@@ -47,18 +41,6 @@ class StartsThenFails:
             return handle
         self.started[spec.runner_job_id] = int(handle.handle.removeprefix("pid:"))
         raise DriverError(self.kind, "the runner could not be started (injected)")
-
-    async def status(self, runner_job_id: str) -> JobStatus:
-        return await self.inner.status(runner_job_id)
-
-    async def cancel(self, runner_job_id: str) -> None:
-        await self.inner.cancel(runner_job_id)
-
-    async def ensure_volume(self, volume: dict[str, object]) -> str:
-        return await self.inner.ensure_volume(volume)
-
-    async def delete_volume(self, volume: dict[str, object]) -> None:
-        await self.inner.delete_volume(volume)
 
 
 @pytest.fixture
