@@ -10,6 +10,7 @@ forkserver fails falls back to starting the runner process directly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -17,8 +18,12 @@ import subprocess
 import threading
 from pathlib import Path
 
-ANSWER_TIMEOUT_S = 30.0
-"""How long a fork request waits for its pid (the first one includes the imports)."""
+FIRST_ANSWER_TIMEOUT_S = 30.0
+"""How long the first fork request of a forkserver started for it waits for its pid (this
+includes the forkserver's imports)."""
+ANSWER_TIMEOUT_S = 5.0
+"""How long a fork request to a forkserver that answered before waits for its pid (a fork
+takes milliseconds): one that hangs is killed and the runner started directly."""
 
 
 class Forkserver:
@@ -32,6 +37,8 @@ class Forkserver:
         self.log = log
         self.env: dict[str, str] = {}
         self._process: subprocess.Popen[bytes] | None = None
+        self._answered = False
+        """Whether the running forkserver answered a request (its imports are done)."""
         self._lock = threading.Lock()
 
     def spawn(self, folder: Path, args: list[str], env: dict[str, str]) -> int | None:
@@ -44,10 +51,12 @@ class Forkserver:
                 assert process.stdin is not None and process.stdout is not None
                 process.stdin.write(request + b"\n")
                 process.stdin.flush()
-                pid = int(_line(process.stdout.fileno(), ANSWER_TIMEOUT_S))
+                timeout = ANSWER_TIMEOUT_S if self._answered else FIRST_ANSWER_TIMEOUT_S
+                pid = int(_line(process.stdout.fileno(), timeout))
             except (OSError, ValueError, EOFError):
-                self._stop()
+                self._stop(kill=True)  # it may be stuck: do not wait for it
                 return None
+            self._answered = True
             return pid or None
 
     def _running(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -66,13 +75,18 @@ class Forkserver:
             self.env = base
         return self._process
 
-    def _stop(self) -> None:
-        """End the forkserver (runners it forked run on)."""
+    def _stop(self, kill: bool = False) -> None:
+        """End the forkserver (runners it forked run on); ``kill``: at once, not at the end
+        of its input."""
         process, self._process = self._process, None
+        self._answered = False
         if process is None:
             return
+        if kill:
+            process.kill()
         if process.stdin is not None:
-            process.stdin.close()
+            with contextlib.suppress(OSError):  # a broken pipe when it died
+                process.stdin.close()
         try:
             process.wait(5)
         except subprocess.TimeoutExpired:

@@ -51,6 +51,7 @@ from ledger.task import (
     MaterializeAttempt,
     RetryTask,
     TaskState,
+    after_materialization_failure,
     used_key,
 )
 from ledger.writer import LedgerWriter, Outcome
@@ -302,7 +303,7 @@ class Dispatcher:
         async with self.fence(row.run_id, attempt_id) as conn:
             task = await self.task_state(task_id)
             current = task.attempt(attempt_id) if task is not None else None
-            if current is None or current.state != AttemptStatus.RESERVED:
+            if task is None or current is None or current.state != AttemptStatus.RESERVED:
                 return  # another caller finished it while we waited at the fence
             ids = Ids(task_id=task_id, attempt_id=attempt_id, run_id=row.run_id,
                       command_id=row.command_id, runner_job_id=row.runner_job_id)
@@ -324,6 +325,9 @@ class Dispatcher:
                 try:
                     handle = await self.driver.create(spec)
                 except DriverError as error:
+                    if after_materialization_failure(task.state, error.kind) \
+                            != AttemptStatus.RESERVED:  # ended before the session is free
+                        await self.protocol.end(row.runner_job_id, error.kind)
                     await self.sessions.abandon_turn(session_id, row.runner_job_id,
                                                      error.kind, bounded(error.message))
                     await self._fail(task_id, attempt_id, error.kind, error.message)
@@ -429,12 +433,19 @@ class Dispatcher:
 
     async def _fail(self, task_id: str, attempt_id: str, kind: str, message: str) -> None:
         """Fail the attempt's materialisation, then end its run with the same blocker
-        (SPEC 5.2 rule 9): the run and command records never stay ``created``."""
+        (SPEC 5.2 rule 9): the run and command records never stay ``created``.
+
+        An attempt that this leaves ended (not reserved) also ends its runner job first: a
+        runner the failed create may still have started (a forkserver that answered too late,
+        a create that worked but reported an error) has its claim refused, so no backend runs
+        for it. One left reserved keeps its job's token: dispatching again adopts that job.
+        """
         outcome = await self.writer.execute(
             FailMaterialization(task_id, attempt_id, kind, bounded(message)), ACTOR)
         attempt = outcome.state.attempt(attempt_id) if outcome.state is not None else None
         ended = {AttemptStatus.BLOCKED: RunStatus.BLOCKED, AttemptStatus.FAILED: RunStatus.FAILED}
         if attempt is not None and attempt.ids is not None and attempt.state in ended:
+            await self.protocol.end(attempt.ids.runner_job_id, str(attempt.state))
             await self.writer.execute(FinishRun(attempt.ids.run_id, RunEnd(
                 ended[attempt.state], failure_kind=kind, failure_message=bounded(message))),
                 ACTOR)

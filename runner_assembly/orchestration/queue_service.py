@@ -9,7 +9,7 @@ import msgspec
 
 from ledger.errors import NotFound
 from ledger.intake import payload_hash
-from ledger.states import AttemptStatus
+from ledger.states import AttemptStatus, JobState
 from ledger.task import CancelTask, RecordJudge, SubmitTask, TaskCommand
 from ledger.writer import LedgerWriter, Outcome
 from projections import queries
@@ -52,7 +52,8 @@ class QueueService:
         return await self.writer.execute(command, ACTOR)
 
     async def mutate(self, name: str, command: TaskCommand, dry_run: bool) -> Preview | None:
-        """Carry out a task command (a cancel also stops a running job), or preview it."""
+        """Carry out a task command (a cancel also stops a running job, and ends the job of a
+        reserved attempt), or preview it."""
         if dry_run:
             outcome = await self.writer.plan(command)
             return Preview(name, command.task_id, outcome.before, outcome.state, outcome.events)
@@ -62,6 +63,11 @@ class QueueService:
             attempt = await queries.get_attempt(self.pool, command.task_id, latest.attempt_id)
             if attempt is not None:
                 await self.dispatcher.cancel_job(attempt.run_id, attempt.runner_job_id)
+        elif latest is not None and latest.state == AttemptStatus.RESERVED and outcome.events \
+                and latest.ids is not None:  # a create that failed may have left a runner:
+            # ended first (its claim is refused), then stopped if it runs
+            await self.dispatcher.protocol.end(latest.ids.runner_job_id, JobState.CANCELLED)
+            await self.dispatcher.driver.cancel(latest.ids.runner_job_id)
         return None
 
     async def judge(self, command: RecordJudge, dry_run: bool) -> Preview | bool:

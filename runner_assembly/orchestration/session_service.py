@@ -166,7 +166,10 @@ class SessionService:
             faults.crash_after_reserve(self.dispatcher.settings.faults)
             try:
                 handle = await self.driver.create(spec)
-            except DriverError as error:
+            except DriverError as error:  # the job may exist all the same (a runner
+                # forked too late, a create that worked but reported an error): ended first,
+                # its runner's claim is refused before the session takes another turn
+                await self.protocol.end(ids.runner_job_id, error.kind)
                 await self.turns.abandon_turn(session_id, ids.runner_job_id, error.kind,
                                               error.message)
                 raise Refused(error.kind, error.message) from None

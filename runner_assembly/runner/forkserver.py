@@ -5,7 +5,9 @@
 It is started like a runner (isolated, no ``site``, the runner's minimal environment, a
 session of its own), imports the runner once, and then reads requests from standard input,
 one JSON line each: ``{"folder": <job dir>, "args": [<runner arguments>]}``. For each it
-forks; the parent answers the child's pid on standard output (``0``: the fork failed) and
+forks; once the child has its own session (it closes a pipe shared with the parent right
+after ``setsid``, so a ``killpg`` of the pid reaches it from the first moment the server knows
+it), the parent answers the child's pid on standard output (``0``: the fork failed) and
 reaps nothing (``SIGCHLD`` is ignored, so ended runners never linger as zombies). The base
 tools' versions of the startup event are asked once, before the first fork. The child
 becomes exactly what a freshly started runner is: a new session, ``/dev/null`` as standard
@@ -28,9 +30,11 @@ from runner_assembly.runner import local, startup
 MAX_FD = os.sysconf("SC_OPEN_MAX")
 
 
-def _become_runner(folder: str) -> None:
-    """In the forked child: the process state a runner started by ``Popen`` would have."""
+def _become_runner(folder: str, session_made: int) -> None:
+    """In the forked child: the process state a runner started by ``Popen`` would have;
+    ``session_made`` is closed as soon as the child leads a process group of its own."""
     os.setsid()
+    os.close(session_made)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     log = os.open(os.path.join(folder, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                   0o666)
@@ -52,12 +56,24 @@ def serve() -> int | None:
     for line in iter(requests.readline, b""):
         request = json.loads(line)
         try:
+            waiting, session_made = os.pipe()
+        except OSError:
+            answers.write(b"0\n")
+            answers.flush()
+            continue
+        try:
             pid = os.fork()
         except OSError:
             pid = -1
         if pid == 0:
-            _become_runner(request["folder"])
+            os.close(waiting)
+            _become_runner(request["folder"], session_made)
             return local.main(request["args"])
+        os.close(session_made)
+        if pid > 0:  # end of file once the child ran setsid (or died before it)
+            while os.read(waiting, 1):
+                pass
+        os.close(waiting)
         answers.write(b"%d\n" % max(pid, 0))
         answers.flush()
     return None

@@ -1,0 +1,58 @@
+"""The local driver's runner forkserver: a forked runner leads its own process group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_assembly.drivers import forkserver
+from runner_assembly.drivers.local import boot_command, runner_args
+
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "SVC_RUNNER_API_URL": "http://127.0.0.1:9"}
+
+
+def _end(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_forked_runner_has_its_session_before_its_pid_is_answered(tmp_path: Path) -> None:
+    server = forkserver.Forkserver(boot_command("forkserver"), tmp_path / "home",
+                                   tmp_path / "forkserver.log")
+    pids = []
+    try:
+        for number in range(5):
+            folder = tmp_path / f"job{number}"
+            folder.mkdir()
+            os.mkfifo(folder / "spec.json")  # the runner blocks reading it: it stays alive
+            pid = server.spawn(folder, runner_args(folder, str(tmp_path), None),
+                               {**ENV, "HOME": str(folder)})
+            assert pid is not None, (tmp_path / "forkserver.log").read_text()
+            pids.append(pid)
+            assert os.getpgid(pid) == pid, "a killpg of the answered pid reaches the runner"
+            assert os.getsid(pid) == pid
+    finally:
+        server.close()
+        for pid in pids:
+            _end(pid)
+
+
+def test_a_hanging_forkserver_is_killed_after_the_short_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = forkserver.Forkserver(["sleep", "60"], tmp_path / "home",
+                                   tmp_path / "forkserver.log")
+    server._answered = True  # as if it had answered before: the short timeout applies
+    monkeypatch.setattr(forkserver, "ANSWER_TIMEOUT_S", 0.2)
+    try:
+        started = time.monotonic()
+        assert server.spawn(tmp_path, [], dict(ENV)) is None
+        assert time.monotonic() - started < 3, "killed at once, not waited for"
+        assert server._process is None
+    finally:
+        server.close()
