@@ -23,7 +23,15 @@ from runner_assembly.orchestration.runner_protocol import RunnerProtocol
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
 from tests.support import snapshot
-from tests.test_dispatch import TASKS, dispatch, job_dirs, process_alive, settle, submit
+from tests.test_dispatch import (
+    TASKS,
+    dispatch,
+    job_dirs,
+    process_alive,
+    runner_paused,
+    settle,
+    submit,
+)
 
 JOBS = "/api/v1/runner/jobs"
 SESSIONS = "/api/v1/sessions"
@@ -210,7 +218,7 @@ async def high_water(url: str) -> tuple[int, int]:
 
 
 async def test_gets_never_change_the_ledger_high_water_mark(
-    client: httpx.AsyncClient, database_url: str
+    client: httpx.AsyncClient, database_url: str, runner_settings: RunnerSettings
 ) -> None:
     task_id = await submit(client, "lines: 3\nsleep: 4",
                            sessionRef={"sessionId": "ses_get", "conversationId": "cnv_get"})
@@ -221,14 +229,15 @@ async def test_gets_never_change_the_ledger_high_water_mark(
         assert time.monotonic() < deadline, "the runner sent its output lines"
         await asyncio.sleep(0.1)
     checked = 0
-    for _ in range(5):  # while the backend sleeps its runner sends nothing (no heartbeat due)
-        before = await high_water(database_url)
-        for path in (base, f"{base}/output", f"{base}/trace", f"{SESSIONS}?state=all",
-                     f"{TASKS}/{task_id}"):
-            assert (await client.get(path)).status_code == 200
-        if await high_water(database_url) == before:
-            checked += 1
-        await asyncio.sleep(0.2)
+    async with runner_paused(runner_settings):  # its late trace batch cannot land meanwhile
+        for _ in range(5):
+            before = await high_water(database_url)
+            for path in (base, f"{base}/output", f"{base}/trace", f"{SESSIONS}?state=all",
+                         f"{TASKS}/{task_id}"):
+                assert (await client.get(path)).status_code == 200
+            if await high_water(database_url) == before:
+                checked += 1
+            await asyncio.sleep(0.2)
     assert checked == 5, "no GET wrote to the ledger or the line store"
     task = await settle(client, task_id)
     assert task["state"] == "completed"
