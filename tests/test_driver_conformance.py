@@ -174,11 +174,11 @@ class Kubelet:
         args = [self.bwrap, "--die-with-parent", "--unshare-pid", *_system_args(),
                 "--proc", "/proc", "--dev", "/dev",
                 "--bind", str(termination), TERMINATION_LOG]
-        for path in python_paths():
-            args += ["--ro-bind", str(path), str(path)]
         for mount in sorted(container["volumeMounts"], key=lambda m: len(m["mountPath"])):
             option = "--ro-bind" if mount.get("readOnly") else "--bind"
             args += [option, str(volumes[mount["name"]]), mount["mountPath"]]
+        for path in python_paths():  # the image's Python: after the pod's ``/tmp`` (a checkout
+            args += ["--ro-bind", str(path), str(path)]  # under /tmp stays visible)
         program, *rest = container["command"]
         assert program == "python"
         return [*args, "--chdir", container["workingDir"], "--", sys.executable, *rest], env
