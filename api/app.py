@@ -130,10 +130,11 @@ def create_app(database_url: str, *, pool_size: int = 10,
     observed = Metrics()
     services = Services(observed, runner)
 
-    async def project_and_measure(conn: DbConnection,
-                                  entries: list[RecordedEntry]) -> list[Statement]:
+    async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry], *,
+                                  numbered_by_postgres: bool = False) -> list[Statement] | None:
         started = time.perf_counter()
-        statements = await plan_projection(conn, entries)
+        statements = await plan_projection(conn, entries,
+                                           numbered_by_postgres=numbered_by_postgres)
         observed.projection.observe(time.perf_counter() - started)
         observed.appends.inc(len(entries))
         return statements

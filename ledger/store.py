@@ -15,26 +15,29 @@ import msgspec
 
 from ledger.database import DbConnection
 from ledger.errors import (
+    CommitUnknown,
     InvalidRequest,
     LedgerCorrupt,
     LedgerUnavailable,
     StreamVersionConflict,
 )
 from ledger.events import LedgerEvent, event_encoder, event_type_of
-from ledger.hashing import entry_hash
+from ledger.hashing import entry_tail
 from ledger.sqlfile import load_queries
 from ledger.streams import STREAM_KINDS, RecordedEntry
-from ledger.together import Statement
+from ledger.together import Statement, sequenced
 
 SQL = load_queries("ledger", "ledger.sql")
 
 
 @dataclass(frozen=True)
 class Head:
-    """The last committed changeSeq and hash-chain tip."""
+    """The last committed changeSeq and hash-chain tip, and the epoch a projection repair
+    advances (a batch decided before a repair must not write after it)."""
 
     last_seq: int
     last_hash: bytes
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,13 @@ async def read_head(conn: DbConnection) -> Head:
 def _head(row: asyncpg.Record | None) -> Head:
     if row is None:
         raise LedgerUnavailable("the ledger head row is missing; run `svc db migrate`")
-    return Head(row["last_seq"], bytes(row["last_hash"]))
+    return Head(row["last_seq"], bytes(row["last_hash"]), row["epoch"])
+
+
+async def next_epoch(conn: DbConnection) -> None:
+    """Advance the head's epoch (inside a transaction holding the head, after projection rows
+    were replaced): batches that read before it will re-read instead of writing."""
+    await conn.execute(SQL["next_epoch"])
 
 
 def entry_from_row(row: asyncpg.Record) -> RecordedEntry:
@@ -136,46 +145,90 @@ async def read_streams(
     return streams
 
 
-async def append(
-    conn: DbConnection, head: Head, pending: Sequence[PendingEvent]
-) -> tuple[Head, list[RecordedEntry]]:
-    """Append events after ``head`` (which the caller holds locked); return the new head."""
-    new_head, recorded, statements = prepare_append(head, pending)
-    for text, arguments in statements:
-        await conn.execute(text, *arguments)
-    return new_head, recorded
+@dataclass(frozen=True)
+class Prepared:
+    """A batch's entries, numbered after some head, ready for :func:`commit`: each entry's
+    hash tail and the statement inserting them."""
+
+    recorded: list[RecordedEntry]
+    tails: list[bytes]
+    insert: Statement | None
 
 
-def prepare_append(
-    head: Head, pending: Sequence[PendingEvent]
-) -> tuple[Head, list[RecordedEntry], list[Statement]]:
-    """The entries of ``pending`` after ``head`` (hash-chained) and the statements that
-    insert them and advance the head; for a caller holding the head locked to run."""
-    columns: list[list[object]] = [[] for _ in range(10)]
+@dataclass(frozen=True)
+class Committed:
+    """What :func:`commit` did: the head after the batch, and what the batch's changeSeqs
+    (and its projection rows') were shifted by (0 for a batch numbered after its head)."""
+
+    head: Head
+    shift: int
+
+
+def prepare_append(base: int, pending: Sequence[PendingEvent]) -> Prepared:
+    """The entries of ``pending`` numbered ``base + 1 …`` (``base`` 0 when Postgres numbers
+    them, see :func:`commit`); an event holding U+0000 is refused here."""
+    columns: list[list[object]] = [[] for _ in range(7)]
     recorded: list[RecordedEntry] = []
-    seq, prev = head.last_seq, head.last_hash
-    for item in pending:
-        seq += 1
+    tails: list[bytes] = []
+    for seq, item in enumerate(pending, base + 1):
         payload = event_encoder.encode(item.event)
         refuse_nul(payload)
         event_type = event_type_of(item.event)
-        digest = entry_hash(
-            prev, change_seq=seq, stream_type=item.stream_type, stream_id=item.stream_id,
+        tails.append(entry_tail(
+            stream_type=item.stream_type, stream_id=item.stream_id,
             stream_version=item.stream_version, event_type=event_type, actor=item.actor,
-            recorded_at=item.recorded_at, payload=payload,
-        )
-        row = (seq, item.stream_type, item.stream_id, item.stream_version, event_type,
-               payload.decode(), item.actor, item.recorded_at, prev, digest)
+            recorded_at=item.recorded_at, payload=payload))
+        row = (item.stream_type, item.stream_id, item.stream_version, event_type,
+               payload.decode(), item.actor, item.recorded_at)
         for column, value in zip(columns, row, strict=True):
             column.append(value)
         recorded.append(RecordedEntry(seq, item.stream_type, item.stream_id,
                                       item.stream_version, item.event, item.actor,
                                       item.recorded_at))
-        prev = digest
-    statements: list[Statement] = []
-    if pending:
-        statements = [(SQL["insert_entries"], columns), (SQL["update_head"], (seq, prev))]
-    return Head(seq, prev), recorded, statements
+    return Prepared(recorded, tails, (SQL["insert_entries"], columns) if pending else None)
+
+
+async def commit(conn: DbConnection, after: Head | None, prepared: Prepared,
+                 statements: Sequence[Statement]) -> Committed | None:
+    """Append ``prepared`` with its projection ``statements`` in one statement, committed
+    with it unless the caller holds a transaction; the head row is locked first, inside it.
+
+    With ``after`` (the entries were numbered after it, from what was read after it), the
+    statement applies only while the head is still ``after``: None, nothing written, when
+    another commit came first. Without, Postgres numbers and chains the entries wherever the
+    head is (they were numbered from 1; ``Committed.shift`` says by how much they moved),
+    for a batch whose writes depend on nothing stored. A connection lost once the statement
+    may have reached the server is :class:`CommitUnknown`; other errors change nothing.
+    """
+    if conn.is_closed():
+        raise LedgerUnavailable()
+    expected = (None, None) if after is None else (after.last_seq, after.epoch)
+    head = (SQL["advance_head"], (*expected, prepared.tails))
+    writes = [prepared.insert, *statements] if prepared.insert else list(statements)
+    text, arguments = sequenced(head, writes)
+    try:
+        row = await conn.fetchrow(text, *arguments)
+    except Exception as error:
+        if is_outage(error) and not conn.is_in_transaction():
+            raise CommitUnknown(
+                "the database connection was lost while committing: the change may or may "
+                "not be stored; retry with the same idempotency key") from error
+        raise translate_error(error) from error
+    if row is None:
+        return None
+    return Committed(Head(row["new_seq"], bytes(row["new_hash"]), row["new_epoch"]),
+                     row["shift"])
+
+
+async def append(conn: DbConnection, head: Head, pending: Sequence[PendingEvent]
+                 ) -> tuple[Head, list[RecordedEntry]]:
+    """Append events after ``head``, which the caller holds locked in its transaction (no
+    projection is written); return the new head."""
+    prepared = prepare_append(head.last_seq, pending)
+    committed = await commit(conn, head, prepared, [])
+    if committed is None:
+        raise StreamVersionConflict()
+    return committed.head, prepared.recorded
 
 
 async def iter_batches(

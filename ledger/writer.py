@@ -1,33 +1,51 @@
-"""Group-commit command execution: load, decide, append and project in one transaction.
+"""Group-commit command execution: load and decide, then append and project in one statement.
 
 Concurrent commands of one process are queued and committed together: one transaction, one
-head-row lock and one WAL flush serve a whole batch (DESIGN.md 3, option b). The head row is
-locked for the batch transaction, so across processes commits are ordered by ``change_seq``
-and a reader that has seen changeSeq N never later sees a new entry at or below N.
+head-row lock and one WAL flush serve a whole batch (DESIGN.md 3, option b). The batch is
+written by one statement (``ledger.store.commit``) that locks the head row first and holds it
+only while Postgres runs it, never across a turn of this process: commits are ordered by
+``change_seq`` across processes, and a reader that has seen changeSeq N never later sees a
+new entry at or below N. A batch decided from stored rows is numbered after the head this
+writer knows and applies only while that is still the head (otherwise it is decided again);
+a batch that read nothing (fresh tasks) is numbered by Postgres wherever the head is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
+import msgspec
+from asyncpg.transaction import Transaction
 
 from ledger import store
 from ledger.database import DbConnection
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.events import LedgerEvent
 from ledger.streams import Command, RecordedEntry, stream_kind_for
-from ledger.together import Statement, execute_together
+from ledger.together import Statement
 
-ProjectFn = Callable[[DbConnection, list[RecordedEntry]], Awaitable[Sequence[Statement] | None]]
-"""Updates the projections for a batch's entries in its transaction: either itself (None),
-or by returning the statements that do, which run with the append in one round trip."""
+
+class ProjectFn(Protocol):
+    """The projection writes for a batch's entries (``projections.store.plan_projection``):
+    it may read the rows they change, and returns array-fed upserts that run in the append's
+    statement. With ``numbered_by_postgres`` the entries are numbered from 1, and it answers
+    None when their rows would depend on a stored row."""
+
+    def __call__(self, conn: DbConnection, entries: list[RecordedEntry], *,
+                 numbered_by_postgres: bool = False) -> Awaitable[Sequence[Statement] | None]:
+        ...
+
+
 MAX_CONFLICT_RETRIES = 3
+OPTIMISTIC_TRIES = 3
+"""Commits of one batch after a head that another process moved first, before the batch is
+decided under the head lock instead."""
 
 
 @dataclass
@@ -51,6 +69,16 @@ class _Item:
     pending_indexes: list[int] = field(default_factory=list)
     after: _Item | None = None
     """The command before this one in an :meth:`LedgerWriter.execute_all` group."""
+
+
+@dataclass
+class _Decided:
+    """A batch decided: each command's outcome, its entries ready to append, and the
+    projection writes that go with them."""
+
+    outcomes: list[Outcome | Exception]
+    prepared: store.Prepared
+    statements: list[Statement]
 
 
 class _Skipped(Exception):
@@ -102,6 +130,9 @@ class LedgerWriter:
         self._clock = clock
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._head: store.Head | None = None
+        """The head this writer last committed or read: what it decides the next batch
+        after, until a commit shows that another process moved it."""
 
     async def start(self) -> None:
         """Start the batching loop."""
@@ -213,31 +244,68 @@ class LedgerWriter:
     async def _commit_on(
         self, conn: DbConnection, batch: list[_Item]
     ) -> tuple[list[Outcome | Exception], list[RecordedEntry]]:
-        """Decide, append and project the batch in one transaction on ``conn``, then commit;
-        a connection lost during COMMIT is :class:`CommitUnknown`."""
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            result = await self._decide_and_append(conn, batch)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await transaction.rollback()
-            raise
-        try:
-            await transaction.commit()
-        except Exception as error:
-            if store.is_outage(error):
-                raise CommitUnknown(
-                    "the database connection was lost while committing: the change may "
-                    "or may not be stored; retry with the same idempotency key") from error
-            raise
-        return result
+        """Commit the batch in one statement: numbered by Postgres when it read nothing,
+        else after the head this writer knows, decided again (up to :data:`OPTIMISTIC_TRIES`
+        times, then under the head lock) when another process moved that head first."""
+        if all(getattr(item.command, "creates_stream", False) for item in batch):
+            decided = await self._decide(conn, batch, None)
+            if decided is not None:
+                written = await self._write(conn, decided, None)
+                assert written is not None, "numbered where the head is"
+                return written
+        for _ in range(OPTIMISTIC_TRIES):
+            head, self._head = self._head or await store.read_head(conn), None
+            decided = await self._decide(conn, batch, head)
+            assert decided is not None
+            if (written := await self._write(conn, decided, head)) is not None:
+                return written
+        return await self._commit_locked(conn, batch)
 
-    async def _decide_and_append(
+    async def _write(self, conn: DbConnection, decided: _Decided, after: store.Head | None
+                     ) -> tuple[list[Outcome | Exception], list[RecordedEntry]] | None:
+        """Commit a decided batch (nothing to write when its commands changed nothing);
+        None when it was numbered after a head that had moved."""
+        if not decided.prepared.recorded:
+            self._head = after or self._head
+            return decided.outcomes, []
+        committed = await store.commit(conn, after, decided.prepared, decided.statements)
+        if committed is None:
+            return None
+        self._head = committed.head
+        recorded = decided.prepared.recorded
+        if committed.shift:
+            recorded = [msgspec.structs.replace(entry,
+                                                change_seq=entry.change_seq + committed.shift)
+                        for entry in recorded]
+        return decided.outcomes, recorded
+
+    async def _commit_locked(
         self, conn: DbConnection, batch: list[_Item]
     ) -> tuple[list[Outcome | Exception], list[RecordedEntry]]:
-        """Inside the batch's transaction: decide every command, append and project."""
-        head = await store.lock_head(conn)
+        """Decide and commit the batch in a transaction holding the head row from before
+        its first read; a connection lost during COMMIT is :class:`CommitUnknown`."""
+        async with _holding_errors(conn.transaction()) as transaction:
+            head = await store.lock_head(conn)
+            decided = await self._decide(conn, batch, head)
+            assert decided is not None
+            written = await self._write(conn, decided, head)
+            assert written is not None, "the head is locked"
+            try:
+                await transaction.commit()
+            except Exception as error:
+                self._head = None
+                if store.is_outage(error):
+                    raise CommitUnknown(
+                        "the database connection was lost while committing: the change may "
+                        "or may not be stored; retry with the same idempotency key") from error
+                raise
+        return written
+
+    async def _decide(self, conn: DbConnection, batch: list[_Item],
+                      after: store.Head | None) -> _Decided | None:
+        """Decide every command from its stream as stored, number the events after
+        ``after`` (from 1 without), and plan the projection writes; None when numbered from
+        1 but the projections need stored rows. Nothing is written here."""
         states = await load_states(conn, [item.command for item in batch])
         pending: list[store.PendingEvent] = []
         outcomes: list[Outcome | Exception] = []
@@ -266,14 +334,17 @@ class LedgerWriter:
             states[command.stream_id] = (state, version)
             outcomes.append(decided.setdefault(
                 id(item), Outcome(command.stream_id, events, state, before=before)))
-        try:
-            _, recorded, statements = store.prepare_append(head, pending)
-            if recorded:
-                statements.extend(await self._project(conn, recorded) or ())
-                await execute_together(conn, statements)
-        except asyncpg.PostgresError as error:
-            raise store.translate_error(error) from error
-        return outcomes, recorded
+        prepared = store.prepare_append(0 if after is None else after.last_seq, pending)
+        statements: Sequence[Statement] | None = []
+        if prepared.recorded:
+            try:
+                statements = await self._project(conn, prepared.recorded,
+                                                 numbered_by_postgres=after is None)
+            except asyncpg.PostgresError as error:
+                raise store.translate_error(error) from error
+        if statements is None:
+            return None
+        return _Decided(outcomes, prepared, list(statements))
 
 
 def _predecessor_failed(item: _Item, decided: dict[int, Outcome | Exception]) -> bool:
@@ -286,6 +357,23 @@ def _predecessor_failed(item: _Item, decided: dict[int, Outcome | Exception]) ->
         return isinstance(decided[id(previous)], Exception)
     future = previous.future
     return future.done() and (future.cancelled() or future.exception() is not None)
+
+
+@contextlib.asynccontextmanager
+async def _holding_errors(transaction: Transaction) -> AsyncIterator[Transaction]:
+    """Start ``transaction`` and hand it over for the caller to commit; on any error roll it
+    back and raise the error as a ledger error."""
+    await transaction.start()
+    try:
+        yield transaction
+    except asyncpg.PostgresError as error:
+        with contextlib.suppress(Exception):
+            await transaction.rollback()
+        raise store.translate_error(error) from error
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await transaction.rollback()
+        raise
 
 
 def _fail(item: _Item, error: Exception) -> None:

@@ -16,6 +16,7 @@ import asyncpg
 import msgspec
 
 from ledger.streams import RecordedEntry
+from ledger.together import SEQ_SHIFT
 
 R = TypeVar("R", bound=msgspec.Struct)
 
@@ -45,6 +46,10 @@ def json_text(value: object) -> str | None:
     """The JSON text stored for a value (None stays NULL)."""
     return None if value is None else _json.encode(value).decode()
 
+
+SEQ_COLUMN = "change_seq"
+"""The column holding the changeSeq of the entry that last changed a row (where a table has
+one): the writer shifts it when Postgres numbers a batch (``Projection.upsert_sql``)."""
 
 def _column_type(annotation: Any) -> tuple[str, bool]:
     """The SQL element type of a row field and whether it is stored as JSON."""
@@ -190,7 +195,8 @@ class Projection(Generic[R]):
 
     @cached_property
     def upsert_sql(self) -> str:
-        """Insert rows given as per-column arrays; on a stored key apply the merge rule."""
+        """Insert rows given as per-column arrays; on a stored key apply the merge rule. For
+        the ledger writer's one statement (``ledger.together.sequenced``) only."""
         table = quote(self.table)
         names = ", ".join(quote(c) for c in self.columns)
         keys = ", ".join(quote(k) for k in self.key)
@@ -202,8 +208,16 @@ class Projection(Generic[R]):
         else:
             action = "UPDATE SET " + ", ".join(
                 f"{quote(c)} = EXCLUDED.{quote(c)}" for c in self.added)
-        return (f"INSERT INTO {table} ({names}) SELECT * FROM "
-                f"unnest({self._array_params(self.columns)}) ON CONFLICT ({keys}) DO {action}")
+        return (f"INSERT INTO {table} ({names}) SELECT {self._shifted} FROM "
+                f"unnest({self._array_params(self.columns)}) AS u({names}) "
+                f"ON CONFLICT ({keys}) DO {action}")
+
+    @property
+    def _shifted(self) -> str:
+        """The select list of :attr:`upsert_sql`: a ``change_seq`` column moves with the
+        batch's entries when Postgres numbered them (``ledger.together.SEQ_SHIFT``)."""
+        return ", ".join(f"u.{quote(c)} + {SEQ_SHIFT}" if c == SEQ_COLUMN else f"u.{quote(c)}"
+                         for c in self.columns)
 
     @property
     def _kept(self) -> str:

@@ -121,7 +121,8 @@ async def replay(
     """Rebuild projections into scratch tables and compare; with ``repair`` replace the live ones.
 
     Use a dedicated connection: the scratch tables shadow the live ones on it.
-    Verification reads one snapshot; repair first locks the ledger head to stop writers.
+    Verification reads one snapshot; repair first locks the ledger head to stop writers and
+    advances its epoch, so no batch decided from the rows it replaced is written after it.
     """
     report = ReplayReport()
     started = time.perf_counter()
@@ -137,6 +138,7 @@ async def replay(
             report.samples[projection.table] = sorted(set(keys))[:SAMPLE]
         if repair and report.chain_error is None:
             await conn.execute(_REPLACE)
+            await store.next_epoch(conn)  # a writer's batch decided before this re-reads
             report.repaired = True
     report.seconds = time.perf_counter() - started
     return report

@@ -1,4 +1,4 @@
-"""The live projection writer: load current rows, write folded changes, one query per table."""
+"""The live projection writer: load the rows entries change, fold, the upserts (one per table)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from projections.registry import REGISTRY
 from projections.task_summary import TASKS, TaskSummaryRow
 
 __all__ = ["change_statements", "committed_task", "json_text", "load_current",
-           "plan_projection", "project", "row_from_record", "write_changes"]
+           "plan_projection", "row_from_record"]
 
 
 def row_from_record(record: asyncpg.Record) -> TaskSummaryRow:
@@ -75,18 +75,17 @@ def change_statements(changes: Rows) -> list[Statement]:
             if (rows := changes.rows(projection))]
 
 
-async def write_changes(conn: DbConnection, changes: Rows) -> None:
-    """Upsert folded changes, one statement per table."""
-    for text, arguments in change_statements(changes):
-        await conn.execute(text, *arguments)
-
-
-async def plan_projection(conn: DbConnection, entries: list[RecordedEntry]) -> list[Statement]:
+async def plan_projection(conn: DbConnection, entries: list[RecordedEntry], *,
+                          numbered_by_postgres: bool = False) -> list[Statement] | None:
     """Load the rows freshly appended entries change and fold them: the statements that
-    update every projection, for the caller to run in its transaction (with the append)."""
+    update every projection, for the ledger writer's one statement (with the append).
+
+    ``numbered_by_postgres``: the entries are numbered from 1 and Postgres will number them
+    where the head is, so their rows must not depend on a stored row (their ``change_seq``
+    moves with them); None when they would (the batch must then be numbered after a head).
+    """
+    if numbered_by_postgres:
+        if any(needed_rows(entries, Rows()).values()):
+            return None
+        return change_statements(fold(Rows(), entries))
     return change_statements(fold(await load_current(conn, entries), entries))
-
-
-async def project(conn: DbConnection, entries: list[RecordedEntry]) -> None:
-    """Update every projection for freshly appended entries, in the caller's transaction."""
-    await write_changes(conn, fold(await load_current(conn, entries), entries))

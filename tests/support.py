@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine
 
 from ledger.database import create_pool
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 
 TASKS = "/api/v1/queue/tasks"
 _counter = itertools.count()
@@ -169,7 +169,7 @@ class WriterMachine(RuleBasedStateMachine):
         """Start the loop, a pool of ``max_size`` connections, the writer and the model."""
         self.loop = asyncio.new_event_loop()
         self.pool = self.run(create_pool(self.database_url, min_size=1, max_size=max_size))
-        self.writer = LedgerWriter(self.pool, project)
+        self.writer = LedgerWriter(self.pool, plan_projection)
         self.run(self.writer.start())
         self.model: dict[str, dict[str, Any]] = {}
 

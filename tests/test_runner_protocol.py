@@ -17,7 +17,7 @@ import httpx
 
 from ledger.database import create_pool
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 from runner_assembly.drivers.local import LocalDriver
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
 from runner_assembly.settings import RunnerSettings
@@ -42,7 +42,7 @@ async def protocol_on(url: str, tmp: Path) -> AsyncIterator[RunnerProtocol]:
     """The manager's runner protocol on the test database, outside the app (to issue tokens
     for jobs no runner holds)."""
     pool = await create_pool(url, max_size=2)
-    writer = LedgerWriter(pool, project)
+    writer = LedgerWriter(pool, plan_projection)
     await writer.start()
     try:
         yield RunnerProtocol(pool, writer, LocalDriver(tmp / "jobs", tmp / "s", "off"), 60)

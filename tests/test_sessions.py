@@ -21,7 +21,7 @@ import httpx
 from ledger.database import create_pool
 from ledger.writer import LedgerWriter
 from projections.replay import replay
-from projections.store import project
+from projections.store import plan_projection
 from runner_assembly.drivers import make_driver
 from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.orchestration.session_service import SessionService
@@ -67,7 +67,7 @@ async def own_service(url: str, settings: RunnerSettings) -> AsyncIterator[Sessi
     """A session service on this test's event loop (the test client's app runs on another)."""
     pool = await create_pool(url, max_size=4)
     fence = await create_pool(url, max_size=4)
-    writer = LedgerWriter(pool, project)
+    writer = LedgerWriter(pool, plan_projection)
     await writer.start()
     try:
         yield SessionService(Dispatcher(pool, fence, writer, make_driver(settings), settings))

@@ -10,7 +10,7 @@ import pytest
 
 from ledger.intake import submit_command
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 from tests.support import post_changing_nothing, replay_report, task_body
 from tests.test_dispatch import TASKS, dispatch, run_task, settle, submit
 
@@ -61,7 +61,7 @@ async def test_a_task_stored_with_free_form_references_stays_readable(
     """Tasks submitted before references were typed hold any objects: shown as stored."""
     old = [{"a": 1}, {"kind": "bug", "link": "https://x.example.org/1"}]
     pool = await asyncpg.create_pool(app_url, min_size=1, max_size=2)
-    writer = LedgerWriter(pool, project)
+    writer = LedgerWriter(pool, plan_projection)
     await writer.start()
     try:
         command = submit_command(task_body(references=old), actor="api")

@@ -9,7 +9,7 @@ import pytest
 from ledger.database import create_pool
 from ledger.intake import submit_command
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 from runner_assembly.drivers.protocol import JobHandle, JobSpec
 from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.settings import RunnerSettings
@@ -39,7 +39,7 @@ async def test_a_crash_between_turn_reservation_and_job_creation_resumes_the_tur
     write_profile_secret(tmp_path)
     pool = await create_pool(database_url, min_size=1, max_size=4)
     fence_pool = await create_pool(database_url, min_size=1, max_size=4)
-    writer = LedgerWriter(pool, project)
+    writer = LedgerWriter(pool, plan_projection)
     await writer.start()
     driver = CrashingDriver()
     dispatcher = Dispatcher(pool, fence_pool, writer, driver,

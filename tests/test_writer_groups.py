@@ -12,14 +12,14 @@ from ledger.errors import InvalidTransition, NotFound
 from ledger.intake import submit_command
 from ledger.task import CancelTask, MarkTaskRead
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 from tests.support import task_body
 
 
 @pytest.fixture
 async def writer(database_url: str) -> AsyncIterator[LedgerWriter]:
     pool = await create_pool(database_url, min_size=1, max_size=2)
-    started = LedgerWriter(pool, project)
+    started = LedgerWriter(pool, plan_projection)
     await started.start()
     try:
         yield started

@@ -1,17 +1,24 @@
 -- name: lock_head
-SELECT last_seq, last_hash FROM ledger_head WHERE id = 1 FOR UPDATE
+SELECT last_seq, last_hash, epoch FROM ledger_head WHERE id = 1 FOR UPDATE
 
--- name: update_head
-UPDATE ledger_head SET last_seq = $1, last_hash = $2 WHERE id = 1
+-- name: advance_head
+SELECT * FROM ledger_advance($1::bigint, $2::bigint, $3::bytea[])
+
+-- name: next_epoch
+UPDATE ledger_head SET epoch = epoch + 1 WHERE id = 1
 
 -- name: head
-SELECT last_seq, last_hash FROM ledger_head WHERE id = 1
+SELECT last_seq, last_hash, epoch FROM ledger_head WHERE id = 1
 
 -- name: insert_entries
 INSERT INTO ledger (change_seq, stream_type, stream_id, stream_version, event_type,
                     payload, actor, recorded_at, prev_hash, hash)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::integer[], $5::text[],
-                     $6::json[], $7::text[], $8::timestamptz[], $9::bytea[], $10::bytea[])
+SELECT a.base + e.n, e.stream_type, e.stream_id, e.stream_version, e.event_type, e.payload,
+       e.actor, e.recorded_at, CASE WHEN e.n = 1 THEN a.prev ELSE a.hashes[e.n::int - 1] END,
+       a.hashes[e.n::int]
+FROM a, unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::json[], $6::text[],
+               $7::timestamptz[]) WITH ORDINALITY
+        AS e(stream_type, stream_id, stream_version, event_type, payload, actor, recorded_at, n)
 
 -- name: read_streams
 SELECT change_seq, stream_type, stream_id, stream_version, event_type, payload::text AS payload,

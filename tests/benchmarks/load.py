@@ -10,7 +10,7 @@ from ledger.database import create_pool
 from ledger.intake import submit_command
 from ledger.task import CancelTask, MarkTaskRead
 from ledger.writer import LedgerWriter
-from projections.store import project
+from projections.store import plan_projection
 
 QUEUES = ["alpha", "alpha/fast", "beta", "gamma", "delta/slow"]
 PROFILES = [None, "profile-1", "profile-2", "profile-3", "profile-4"]
@@ -27,7 +27,7 @@ async def load(url: str, *, tasks: int, reads: int, cancels: int, seed: int = 7)
     """Submit ``tasks`` tasks, then ``reads`` reads and ``cancels`` cancels; return events."""
     rng = random.Random(seed)
     pool = await create_pool(url, min_size=1, max_size=2)
-    writer = LedgerWriter(pool, project, max_batch=1000)
+    writer = LedgerWriter(pool, plan_projection, max_batch=1000)
     await writer.start()
     try:
         submits = [
