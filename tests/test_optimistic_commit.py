@@ -9,7 +9,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger import intake, store
 from ledger.database import DbConnection, create_pool
@@ -18,6 +21,9 @@ from ledger.streams import RecordedEntry, stream_kind_for
 from ledger.task import CancelTask
 from ledger.together import Statement
 from ledger.writer import OPTIMISTIC_TRIES, LedgerWriter, Outcome, utc_now
+from projections.fold import fold
+from projections.projection import SEQ_COLUMN, Rows
+from projections.registry import REGISTRY
 from projections.replay import replay
 from projections.store import plan_projection
 from tests.support import replay_report, task_body
@@ -189,3 +195,30 @@ async def test_after_lost_races_the_writer_locks_the_head_before_deciding(
         "begin;", "lock", "streams", "write", "commit;"], kinds
     report = await replay_report(database_url)
     assert report.ok and report.events == OPTIMISTIC_TRIES + 2, report
+
+
+@given(queues=st.lists(st.sampled_from(["a", "a/fast", "b"]), min_size=1, max_size=6),
+       profiles=st.lists(st.sampled_from([None, "p1", "p2"]), min_size=6, max_size=6),
+       base=st.integers(1, 10**12))
+@settings(max_examples=50, deadline=None)
+def test_fresh_task_rows_differ_only_in_change_seq_by_the_shift(
+        queues: list[str], profiles: list[str | None], base: int) -> None:
+    """Postgres numbers a fresh-task batch where the head is and adds the shift to every
+    projection row's ``change_seq`` (``projection.SEQ_COLUMN``): that is right only if the
+    rows folded from entries numbered from 1 equal, shifted so, those folded from the real
+    numbers. A projection that copies a changeSeq anywhere else fails here."""
+    pending = []
+    for queue, profile in zip(queues, profiles, strict=False):
+        command = intake.submit_command(task_body(queue=queue, backendProfile=profile),
+                                        actor="t")
+        assert command.creates_stream
+        kind = stream_kind_for(command)
+        pending += [store.PendingEvent(kind.stream_type, command.stream_id, 1, event, "t",
+                                       utc_now()) for event in kind.decide(None, command)]
+    from_one = fold(Rows(), store.prepare_append(0, pending).recorded)
+    real = fold(Rows(), store.prepare_append(base, pending).recorded)
+    for projection in REGISTRY:
+        shifted = [msgspec.structs.replace(row, **{SEQ_COLUMN: getattr(row, SEQ_COLUMN) + base})
+                   if SEQ_COLUMN in projection.columns else row
+                   for row in from_one.rows(projection)]
+        assert shifted == real.rows(projection), projection.table
