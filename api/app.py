@@ -136,7 +136,6 @@ def create_app(database_url: str, *, pool_size: int = 10,
         statements = await plan_projection(conn, entries,
                                            numbered_by_postgres=numbered_by_postgres)
         observed.projection.observe(time.perf_counter() - started)
-        observed.appends.inc(len(entries))
         return statements
 
     @asynccontextmanager
@@ -148,7 +147,8 @@ def create_app(database_url: str, *, pool_size: int = 10,
         writer_pool = await create_pool(database_url, min_size=1, max_size=3,
                                         transactions_only=True, generic_plans=True)
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
-        writer = LedgerWriter(writer_pool, project_and_measure)
+        writer = LedgerWriter(writer_pool, project_and_measure,
+                              on_commit=lambda entries: observed.appends.inc(len(entries)))
         await writer.start()
         driver = faults.wrap(make_driver(runner), runner.faults)
         sessions = services.start(

@@ -202,6 +202,7 @@ async def commit(conn: DbConnection, after: Head | None, prepared: Prepared,
     """
     if conn.is_closed():
         raise LedgerUnavailable()
+    own_commit = not conn.is_in_transaction()  # asked now: a lost connection cannot answer
     expected = (None, None) if after is None else (after.last_seq, after.epoch)
     head = (SQL["advance_head"], (*expected, prepared.tails))
     writes = [prepared.insert, *statements] if prepared.insert else list(statements)
@@ -209,7 +210,7 @@ async def commit(conn: DbConnection, after: Head | None, prepared: Prepared,
     try:
         row = await conn.fetchrow(text, *arguments)
     except Exception as error:
-        if is_outage(error) and not conn.is_in_transaction():
+        if is_outage(error) and own_commit:
             raise CommitUnknown(
                 "the database connection was lost while committing: the change may or may "
                 "not be stored; retry with the same idempotency key") from error

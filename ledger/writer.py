@@ -123,9 +123,12 @@ class LedgerWriter:
         *,
         max_batch: int = 256,
         clock: Callable[[], datetime] = utc_now,
+        on_commit: Callable[[list[RecordedEntry]], None] | None = None,
     ) -> None:
         self._pool = pool
         self._project = project
+        self._on_commit = on_commit
+        """Told each batch's entries once they are committed (metrics)."""
         self._max_batch = max_batch
         self._clock = clock
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
@@ -235,6 +238,8 @@ class LedgerWriter:
             # own outcome (a commit that succeeded, or commit-unknown) with another error.
             with contextlib.suppress(Exception):
                 await self._pool.release(conn)
+        if recorded and self._on_commit is not None:
+            self._on_commit(recorded)
         for item, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Outcome) and item.pending_indexes:
                 outcome.entries = [recorded[index] for index in item.pending_indexes]

@@ -251,9 +251,10 @@ async def _run(server: Any, owner: str, tmp_path: Path,
 
 
 class CommitCutter:
-    """A Unix-socket proxy in front of Postgres. Armed, it lets one ``COMMIT`` through, waits
-    for Postgres to confirm it, drops that confirmation and cuts the client's connection: the
-    transaction is committed and the client cannot know."""
+    """A Unix-socket proxy in front of Postgres. Armed, it lets one commit through (a
+    ``COMMIT``, or the execution of the ledger writer's one statement, which commits on its
+    own), waits for Postgres to confirm it, drops that confirmation and cuts the client's
+    connection: the change is committed and the client cannot know."""
 
     def __init__(self, target: str, directory: Path) -> None:
         self.target = target
@@ -303,8 +304,13 @@ class CommitCutter:
 
         async def upstream() -> None:
             nonlocal cutting
+            statement = b"-"  # the prepared name of the writer's statement, once parsed
             while data := await client_in.read(65536):
-                if self.armed and data[:1] == b"Q" and b"COMMIT" in data:
+                if data[:1] == b"P" and b"ledger_advance" in data:
+                    statement = data[5:].split(b"\0", 1)[0]  # Parse: length, name, query
+                bound = data[5:].split(b"\0", 2)[1:2] if data[:1] == b"B" else []  # portal, name
+                if self.armed and ((data[:1] == b"Q" and b"COMMIT" in data)
+                                   or bound == [statement]):
                     self.armed, cutting = False, True
                     self.cuts += 1
                 server_out.write(data)
