@@ -328,8 +328,12 @@ class Dispatcher:
                     if after_materialization_failure(task.state, error.kind) \
                             != AttemptStatus.RESERVED:  # ended before the session is free
                         await self.protocol.end(row.runner_job_id, error.kind)
-                    await self.sessions.abandon_turn(session_id, row.runner_job_id,
-                                                     error.kind, bounded(error.message))
+                        await self.sessions.abandon_turn(session_id, row.runner_job_id,
+                                                         error.kind, bounded(error.message))
+                    # else the turn stays reserved with the attempt: the job's token still
+                    # works (a runner the create started may claim), so no other turn of the
+                    # session may start until dispatching again adopts the job or a cancel
+                    # ends it (docs/decisions.md, "A failed create keeps its session turn")
                     await self._fail(task_id, attempt_id, error.kind, error.message)
                     return
                 faults.crash_at(self.settings.faults, "crash-after-create")
