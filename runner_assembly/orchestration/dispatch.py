@@ -130,7 +130,8 @@ class Dispatcher:
                                  storage_class=settings.storage_class,
                                  rollout_subdir=settings.rollout_subdir)
         self.sessions = SessionTurns(pool, fence_pool, writer, driver, settings, self.resolver)
-        self.protocol = RunnerProtocol(pool, writer, driver, settings.runner_lease_s)
+        self.protocol = RunnerProtocol(pool, writer, driver, settings.runner_lease_s,
+                                       settings.runner_start_s)
 
     async def facts(self, task_id: str) -> TaskFacts:
         """What materialisation needs to know about a task, from its projections."""
