@@ -24,9 +24,10 @@ from runner_assembly.drivers.faults import FaultyDriver
 from runner_assembly.drivers.protocol import DriverError, JobHandle, JobSpec, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.test_dispatch import dispatch, job_dirs, run_task, settle, submit
+from tests.support import post_changing_nothing
+from tests.test_dispatch import dispatch, job_dirs, run_task, runner_paused, settle, submit
 from tests.test_runner_protocol import JOBS, events_of
-from tests.test_sessions import command, lines, ref, wait_idle
+from tests.test_sessions import SESSIONS, command, lines, ref, wait_idle
 
 
 class StartsThenFails(FaultyDriver):
@@ -126,6 +127,13 @@ async def test_cancelling_a_reserved_attempt_ends_and_stops_the_job_a_failed_cre
     assert task["latestAttempt"]["state"] == "reserved", task
     [(runner_job_id, pid)] = driver.started.items()
     driver.kind = None
+    async with runner_paused(runner_settings):  # its reports would change the database
+        refused = await post_changing_nothing(client, database_url, f"{SESSIONS}/stop/control",
+                                              {"action": "cancel"}, 409)
+        assert refused.json()["error"]["details"]["taskId"] == task_id, "cancel the task"
+        dry = await client.post(f"{SESSIONS}/stop/control?dryRun=true", json={
+            "action": "cancel"})
+        assert dry.status_code == 409, dry.text
     cancelled = await client.post(f"/api/v1/queue/tasks/{task_id}/cancel",
                                   json={"reason": "stop"})
     assert cancelled.status_code == 200, cancelled.text
