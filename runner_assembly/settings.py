@@ -80,6 +80,9 @@ class RunnerSettings:
     """``SVC_RUNNER_HEARTBEAT_S``: how often a runner renews its lease."""
     runner_lease_s: float = 60.0
     """``SVC_RUNNER_LEASE_S``: a run whose last heartbeat is older is lost (``runner-lost``)."""
+    runner_start_s: float = 600.0
+    """``SVC_RUNNER_START_S``: how much longer than the lease a job may stay silent while its
+    driver sees it alive (a pod's container being started: an image pull)."""
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:
@@ -122,6 +125,7 @@ class RunnerSettings:
             runner_api_url=env.get("SVC_RUNNER_API_URL") or None,
             runner_heartbeat_s=_seconds(env, "SVC_RUNNER_HEARTBEAT_S", 10.0),
             runner_lease_s=_seconds(env, "SVC_RUNNER_LEASE_S", 60.0),
+            runner_start_s=_seconds(env, "SVC_RUNNER_START_S", 600.0),
         )
 
     @property

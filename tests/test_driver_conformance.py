@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from tests.test_k8s_driver import IMAGE, NS, SOURCE, objects_of
 SESSIONS = "/api/v1/sessions"
 JOBS = "/api/v1/runner/jobs"
 DRIVERS = ("local", "kubernetes")
+LEASE_S, START_S = 5.0, 10.0
 
 
 class Kubelet:
@@ -61,6 +63,10 @@ class Kubelet:
         self.groups: dict[str, int] = {}
         """The running container's process group, by Job name."""
         self.seen: set[str] = set()
+        self.states: dict[str, dict[str, dict[str, Any]]] = {}
+        """Each pod's container states (init containers first), as its status shows them."""
+        self.start_delay = 0.0
+        """Seconds between the init containers and the main one (a slow image pull)."""
         self.tasks: list[asyncio.Task[None]] = []
         self.bwrap = find_bwrap()
         api = api_client(str(server.url).rstrip("/"))
@@ -106,7 +112,14 @@ class Kubelet:
         folder = self.root / name
         volumes = {volume["name"]: self.volume(folder, volume) for volume in pod["volumes"]}
         code = 0
-        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        inits = pod.get("initContainers", [])
+        self.states[name] = {c["name"]: {"waiting": {"reason": "PodInitializing"}}
+                             for c in [*inits, *pod["containers"]]}
+        for container in [*inits, *pod["containers"]]:
+            if container is pod["containers"][0] and self.start_delay:
+                await self.pod_status(name, container["name"], {"waiting": {
+                    "reason": "ContainerCreating"}})
+                await asyncio.sleep(self.start_delay)  # the image is pulled
             try:
                 argv, env = self.container(folder, container, volumes)
             except LookupError as error:
@@ -114,6 +127,8 @@ class Kubelet:
                     "reason": "CreateContainerConfigError",
                     "message": f"couldn't find key {error.args[0]} in Secret {NS}/{name}"}})
                 return
+            await self.pod_status(name, container["name"], {"running": {
+                "startedAt": datetime.now(UTC).isoformat(timespec="seconds")}})
             process = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
                 stdout=(folder / f"{container['name']}.log").open("wb"),
@@ -126,18 +141,27 @@ class Kubelet:
                 await self.pod_status(name, container["name"], {"terminated": {
                     "exitCode": code, "reason": "Error", "message": message}})
                 break
+            await self.pod_status(name, container["name"], {"terminated": {
+                "exitCode": 0, "reason": "Completed"}})
         self.groups.pop(name, None)
         with contextlib.suppress(k8s.ApiException):  # a deleted Job has no status to write
             await asyncio.to_thread(self.batch.patch_namespaced_job, name, NS, {
                 "status": {"failed": 1} if code else {"succeeded": 1}})
 
     async def pod_status(self, name: str, container: str, state: dict[str, Any]) -> None:
-        """Record a container's state on the job's pod (failed when it terminated)."""
-        status = {"name": container, "image": IMAGE, "imageID": "", "ready": False,
-                  "restartCount": 0, "state": state}
+        """Record a container's state on the job's pod, with the pod's phase as kubelet
+        derives it (pending until the main container runs)."""
+        states = self.states[name]
+        states[container] = state
+        statuses = [{"name": each, "image": IMAGE, "imageID": "", "ready": False,
+                     "restartCount": 0, "state": seen} for each, seen in states.items()]
+        *inits, main = statuses
+        failed = any(s.get("terminated", {}).get("exitCode") for s in states.values())
+        done = "terminated" in main["state"]
+        phase = "Failed" if failed else "Succeeded" if done \
+            else "Running" if "running" in main["state"] else "Pending"
         await asyncio.to_thread(self.core.patch_namespaced_pod, f"{name}-pod", NS, {"status": {
-            "phase": "Failed" if "terminated" in state else "Pending",
-            "containerStatuses": [status]}})
+            "phase": phase, "initContainerStatuses": inits, "containerStatuses": [main]}})
 
     def volume(self, folder: Path, volume: dict[str, Any]) -> Path:
         """A pod volume as a directory: emptyDir, Secret items, or the claim's directory."""
@@ -258,7 +282,8 @@ async def harness(request: pytest.FixtureRequest, database_url: str,
     """The app on loopback with the driver under test (and its kubelet for kubernetes)."""
     sandbox = "off" if request.node.get_closest_marker("unsandboxed") else "bwrap"
     settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.3,
-                                   runner_lease_s=5.0, local_sandbox=sandbox,
+                                   runner_lease_s=LEASE_S, runner_start_s=START_S,
+                                   local_sandbox=sandbox,
                                    pod_sandbox=sandbox)
     kubelet = None
     if request.param == "kubernetes":
@@ -449,6 +474,40 @@ async def test_a_lost_lease_ends_the_attempt_runner_lost(harness: Harness) -> No
     assert lost["state"] == "failed", lost
     assert lost["latestAttempt"]["failureKind"] == "runner-lost"
     assert await gone(group), "what was left of the job was stopped"
+
+
+async def test_a_slow_start_of_the_backend_container_is_not_a_lost_runner(
+    harness: Harness
+) -> None:
+    """Between the ``assemble`` and ``backend`` containers (an image pull) no runner beats:
+    the lease waits while the pod shows the container being started."""
+    if harness.kubelet is None:
+        pytest.skip("a local runner is one process: it beats from its claim to its exit")
+    harness.kubelet.start_delay = LEASE_S + 2
+    began = time.monotonic()
+    task_id = await submit(harness.client, "say hello", sessionRef=ref("ses_pull"))
+    await dispatch(harness.client, task_id)
+    task = await settle(harness.client, task_id, timeout=60)  # refreshed all along
+    assert task["state"] == "completed", (task["latestAttempt"]["failureKind"],
+                                          task["latestAttempt"]["failureMessage"])
+    assert time.monotonic() - began > LEASE_S + 2, "the backend container started late"
+
+
+async def test_a_backend_container_that_never_starts_ends_runner_lost(
+    harness: Harness
+) -> None:
+    if harness.kubelet is None:
+        pytest.skip("a local runner is one process: it beats from its claim to its exit")
+    harness.kubelet.start_delay = 3600  # its image is never pulled
+    began = time.monotonic()
+    task_id = await submit(harness.client, "say hello", sessionRef=ref("ses_nopull"))
+    await dispatch(harness.client, task_id)
+    task = await settle(harness.client, task_id, timeout=60)
+    assert task["state"] == "failed", task
+    assert task["latestAttempt"]["failureKind"] == "runner-lost"
+    assert time.monotonic() - began > LEASE_S + START_S - 1, "not before the start allowance"
+    assert not any(k.startswith("jobs/") for k in objects_of(harness.kubelet.server)), \
+        "what was left of the job was stopped"
 
 
 async def test_a_runner_killed_before_it_reports_ends_failed_not_stuck(

@@ -18,13 +18,16 @@ import pytest
 
 import api.app
 from ledger.states import FailureKind
+from runner_assembly.assembly.names import TOKEN_FILE
 from runner_assembly.drivers import make_driver
 from runner_assembly.drivers.faults import FaultyDriver
 from runner_assembly.drivers.protocol import DriverError, JobHandle, JobSpec, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.test_dispatch import dispatch, run_task, submit
-from tests.test_sessions import command
+from tests.support import post_changing_nothing
+from tests.test_dispatch import dispatch, job_dirs, run_task, runner_paused, settle, submit
+from tests.test_runner_protocol import JOBS, events_of
+from tests.test_sessions import SESSIONS, command, lines, ref, wait_idle
 
 
 class StartsThenFails(FaultyDriver):
@@ -119,10 +122,18 @@ async def test_cancelling_a_reserved_attempt_ends_and_stops_the_job_a_failed_cre
 ) -> None:
     client, driver = failing
     driver.kind = FailureKind.INFRA_FAILED  # the attempt stays reserved: it may adopt the job
-    task_id = await submit(client, "sleep: 30")
+    task_id = await submit(client, "sleep: 30", sessionRef=ref("stop"))
     task = await dispatch(client, task_id)
     assert task["latestAttempt"]["state"] == "reserved", task
     [(runner_job_id, pid)] = driver.started.items()
+    driver.kind = None
+    async with runner_paused(runner_settings):  # its reports would change the database
+        refused = await post_changing_nothing(client, database_url, f"{SESSIONS}/stop/control",
+                                              {"action": "cancel"}, 409)
+        assert refused.json()["error"]["details"]["taskId"] == task_id, "cancel the task"
+        dry = await client.post(f"{SESSIONS}/stop/control?dryRun=true", json={
+            "action": "cancel"})
+        assert dry.status_code == 409, dry.text
     cancelled = await client.post(f"/api/v1/queue/tasks/{task_id}/cancel",
                                   json={"reason": "stop"})
     assert cancelled.status_code == 200, cancelled.text
@@ -139,3 +150,50 @@ async def test_cancelling_a_reserved_attempt_ends_and_stops_the_job_a_failed_cre
     finally:
         await conn.close()
     assert ended == 1, "the job's runner tokens are refused from now on"
+    after = await submit(client, "after the cancel", sessionRef=ref("stop"))
+    assert (await dispatch(client, after))["state"] == "running", "the cancel freed the turn"
+
+
+async def test_a_create_error_that_keeps_the_attempt_reserved_keeps_its_session_turn(
+    failing: tuple[Any, StartsThenFails], runner_settings: RunnerSettings, database_url: str
+) -> None:
+    """The job's token still works, so a late runner may claim: no other turn of the session
+    starts until the job is adopted or ended, and the thread is resumed once per turn."""
+    client, driver = failing
+    first = await submit(client, "first turn", sessionRef=ref("held"))
+    await dispatch(client, first)
+    done = await settle(client, first)
+    assert done["state"] == "completed", done
+    driver.kind = FailureKind.INFRA_FAILED  # not a blocker: the attempt stays reserved
+    second = await submit(client, "sleep: 2", sessionRef=ref("held"))
+    task = await dispatch(client, second)
+    assert task["latestAttempt"]["state"] == "reserved", task
+    driver.kind = None
+    [(runner_job_id, pid)] = driver.started.items()
+    other = await command(client, done["latestAttempt"]["runId"], "a turn meanwhile")
+    assert other.status_code == 409, "the late runner's turn holds the session"
+    assert other.json()["error"]["details"]["runnerJobId"] == runner_job_id
+    deadline = time.monotonic() + 30
+    while "job-claimed" not in await events_of(database_url, runner_job_id):
+        assert time.monotonic() < deadline, "the late runner never claimed"
+        await asyncio.sleep(0.05)
+    token = (runner_settings.jobs_dir / runner_job_id / TOKEN_FILE).read_text().strip()
+    claim = await client.post(f"{JOBS}/{runner_job_id}/claim", json={"claimant": "another"},
+                              headers={"Authorization": f"Bearer {token}"})
+    assert claim.status_code == 200 and claim.json()["start"] is False, claim.text
+    while not _gone(pid):
+        assert time.monotonic() < deadline, "the late runner still runs"
+        await asyncio.sleep(0.05)
+    assert (await dispatch(client, second))["state"] == "running", "dispatch adopts the job"
+    assert (await settle(client, second))["state"] == "completed"
+    assert len(job_dirs(runner_settings)) == 2, "adopted: no second job for the attempt"
+    after = await command(client, done["latestAttempt"]["runId"], "third turn")
+    assert after.status_code == 201, after.text
+    await wait_idle(client, "held")
+    output = await lines(client, "held")
+    resumed = [line for line in output if line.startswith("thread resumed: ")]
+    assert [line.rsplit("(", 1)[1] for line in resumed] == ["turn 2)", "turn 3)"], output
+    trace = [json.loads(line) for line in await lines(client, "held", "trace")]
+    assert [e["thread"] for e in trace if e["kind"] == "backend-start"] == [
+        "start", "resume", "resume"], "one backend per turn, never two at once"
+    assert (await events_of(database_url, runner_job_id)).count("job-claimed") == 1

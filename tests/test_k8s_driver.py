@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,6 +19,7 @@ import kubernetes_validate
 import msgspec
 import pytest
 from kmock._internal import enums
+from kubernetes import client as k8s
 
 from cli.serve import SANDBOX_BANNER
 from runner_assembly.assembly import k8s_objects
@@ -28,7 +30,7 @@ from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import FileSecretStore
 from runner_assembly.drivers import make_driver
-from runner_assembly.drivers.k8s import KubernetesDriver, api_client
+from runner_assembly.drivers.k8s import KubernetesDriver, api_client, pods_alive_at
 from runner_assembly.drivers.protocol import DriverError, JobSpec
 from runner_assembly.runner import pod as pod_runner
 from runner_assembly.runner.jobspec import RunnerSpec
@@ -431,3 +433,29 @@ def test_an_unknown_pod_sandbox_mode_is_refused(tmp_path: Path) -> None:
                               kubernetes_api="http://127.0.0.1:9", pod_sandbox="chroot")
     with pytest.raises(DriverError, match="SVC_POD_SANDBOX is bwrap or off, not 'chroot'"):
         make_driver(settings)
+
+
+def _pod(phase: str, *states: dict[str, Any]) -> Any:
+    """A pod as the client reads it: its phase and its containers' states."""
+    client = k8s.ApiClient()
+    statuses = [{"name": f"c{n}", "image": IMAGE, "imageID": "", "ready": False,
+                 "restartCount": 0, "state": state} for n, state in enumerate(states)]
+    body = {"metadata": {"name": "p"}, "status": {"phase": phase,
+                                                  "containerStatuses": statuses}}
+    return client.deserialize(json.dumps(body), "V1Pod", "application/json")
+
+
+def test_a_pod_shows_itself_alive_only_while_a_container_is_being_started() -> None:
+    before, moment = datetime.now(UTC), "2026-01-02T03:04:05Z"
+    pulling = _pod("Pending", {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                   {"waiting": {"reason": "ImagePullBackOff"}})
+    alive = pods_alive_at([pulling])
+    assert alive is not None and alive >= before, "between containers: alive now"
+    assert pods_alive_at([]) is not None, "no pod yet: being created"
+    started = pods_alive_at([_pod("Running", {"running": {"startedAt": moment}})])
+    assert started == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "when its container started"
+    crashing = _pod("Running", {"waiting": {"reason": "CrashLoopBackOff"}})
+    assert pods_alive_at([crashing]) is None, "a crash loop is no start"
+    refused = _pod("Pending", {"waiting": {"reason": "CreateContainerConfigError"}})
+    assert pods_alive_at([refused]) is None
+    assert pods_alive_at(None) is None, "no answer from the API: no sign of life"

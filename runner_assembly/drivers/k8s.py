@@ -13,7 +13,9 @@ caller, only the status code.
 The runner reports its outcome through the runner protocol; :meth:`KubernetesDriver.status`
 is the fallback for a runner that could not: the pod's status (kubelet's
 ``CreateContainerConfigError`` for a missing secret or key: ``secret-unavailable``) and the
-runner's termination message (its failure kind). Cancel deletes the Job in the foreground.
+runner's termination message (its failure kind). While no runner can beat (the pod between
+containers: an image pull) it also tells when it last saw the job alive, which the lease
+honours (``SVC_RUNNER_START_S``). Cancel deletes the Job in the foreground.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -51,7 +53,6 @@ REST_LOGGER = logging.getLogger("kubernetes.client.rest")
 
 
 def drop_bodies(record: logging.LogRecord) -> bool:
-    """The client's REST logger prints response bodies at DEBUG: a Secret's data among them."""
     return not str(record.msg).startswith("response body")
 
 
@@ -157,41 +158,37 @@ class KubernetesDriver:
             return JobStatus(JobState.RUNNING)
         status = found.status
         if status is None:
-            return self._pod_fallback(runner_job_id) or JobStatus(JobState.RUNNING)
+            return self._pod_view(runner_job_id)
         started = _moment(status.start_time)
         if status.succeeded:
             return JobStatus(JobState.COMPLETED, exit_code=0, started_at=started,
                              finished_at=_moment(status.completion_time)
                              or _ended(status, "Complete"))
         if status.failed:
-            fallback = self._pod_fallback(runner_job_id) or JobStatus(
+            fallback = _pod_fallback(self._pods(runner_job_id)) or JobStatus(
                 JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
                 failure_message="the runner job's pod failed without reporting its exit")
             return dataclasses.replace(fallback, started_at=started,
                                        finished_at=_ended(status, "Failed"))
-        return self._pod_fallback(runner_job_id) or JobStatus(JobState.RUNNING)
+        return self._pod_view(runner_job_id)
 
-    def _pod_fallback(self, runner_job_id: str) -> JobStatus | None:
-        """What the job's pods say when the runner could not report: kubelet's refusal to
-        configure a container, or a container's end with the runner's termination message."""
+    def _pod_view(self, runner_job_id: str) -> JobStatus:
+        """A Job still on: its pods' fallback outcome, else running, with the sign of life
+        its pods show."""
+        pods = self._pods(runner_job_id)
+        return _pod_fallback(pods) or JobStatus(JobState.RUNNING, alive_at=pods_alive_at(pods))
+
+    def _pods(self, runner_job_id: str) -> list[Any] | None:
+        """The job's pods (None: the API did not answer)."""
         try:
             pods = self.core.list_namespaced_pod(
                 self.namespace, label_selector=f"svc/runner-job-id={runner_job_id}",
                 _request_timeout=self.request_timeout)
-        except (ApiException, urllib3.exceptions.HTTPError):
+        except (ApiException, urllib3.exceptions.HTTPError) :
             return None
-        for pod in pods.items or []:
-            labels = getattr(pod.metadata, "labels", None) or {}
-            if labels.get("svc/runner-job-id") != runner_job_id:
-                continue  # the selector, checked again: a server may not have applied it
-            status = pod.status
-            containers = [*(getattr(status, "init_container_statuses", None) or []),
-                          *(getattr(status, "container_statuses", None) or [])]
-            for container in containers:
-                seen = pod_container_status(container)
-                if seen is not None:
-                    return seen
-        return None
+        return [pod for pod in pods.items or []  # the selector, checked again: a server
+                if (getattr(pod.metadata, "labels", None) or {}).get(  # may not apply it
+                    "svc/runner-job-id") == runner_job_id]
 
     async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Resolve or create the session's PVC; its phase (``Pending`` until bound)."""
@@ -231,6 +228,52 @@ class KubernetesDriver:
             if error.status != 404:
                 raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not delete the Job "
                                   f"(HTTP {error.status})") from None
+
+
+def _containers(pod: Any) -> list[Any]:
+    status = pod.status
+    return [*(getattr(status, "init_container_statuses", None) or []),
+            *(getattr(status, "container_statuses", None) or [])]
+
+
+def _pod_fallback(pods: list[Any] | None) -> JobStatus | None:
+    """What the job's pods say when the runner could not report: kubelet's refusal to
+    configure a container, or a container's end with the runner's termination message."""
+    for pod in pods or []:
+        for container in _containers(pod):
+            seen = pod_container_status(container)
+            if seen is not None:
+                return seen
+    return None
+
+
+STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing", "ErrImagePull",
+                              "ImagePullBackOff"})
+"""kubelet's reasons for a container that is being started: its image pulled, its sandbox
+or volumes set up."""
+
+
+def pods_alive_at(pods: list[Any] | None) -> datetime | None:
+    """The sign of life a job's pods show while its runner cannot beat: now when it is
+    between containers (no pod yet, or a pending pod with no container running and one
+    waiting to be started: ``STARTING_REASONS``), else the newest start of a running
+    container (the runner in it beats once it is up). The runner heartbeats from inside a
+    container, so nothing else renews the lease meanwhile."""
+    if pods is None:
+        return None  # the API did not answer: no sign of life
+    if not pods:
+        return datetime.now(UTC)  # the Job controller has not created its pod yet
+    started: list[datetime] = []
+    for pod in pods:
+        states = [getattr(c, "state", None) for c in _containers(pod)]
+        running = [getattr(state, "running", None) for state in states]
+        started += [moment for r in running if r is not None
+                    and (moment := _moment(getattr(r, "started_at", None))) is not None]
+        waiting = [getattr(state, "waiting", None) for state in states]
+        if getattr(pod.status, "phase", None) == "Pending" and all(r is None for r in running) \
+                and all(w is None or w.reason in STARTING_REASONS for w in waiting):
+            return datetime.now(UTC)
+    return max(started, default=None)
 
 
 MISSING_SECRET = re.compile(r'secret "[^"]*" not found|couldn\'t find key \S+ in Secret')

@@ -70,6 +70,10 @@ class JobStatus:
     finished_at: datetime | None = None
     """When the backend (or, when none ran, the job) started and ended, as the job reported
     it: the attempt's real duration, whenever it is refreshed."""
+    alive_at: datetime | None = None
+    """A sign of life the driver itself sees, for a job whose runner cannot beat yet: now
+    while one of its containers is being started (a pod waiting for its image, before or
+    between its init and main containers), else when its running container started."""
 
     @property
     def terminal(self) -> bool:

@@ -130,7 +130,8 @@ class Dispatcher:
                                  storage_class=settings.storage_class,
                                  rollout_subdir=settings.rollout_subdir)
         self.sessions = SessionTurns(pool, fence_pool, writer, driver, settings, self.resolver)
-        self.protocol = RunnerProtocol(pool, writer, driver, settings.runner_lease_s)
+        self.protocol = RunnerProtocol(pool, writer, driver, settings.runner_lease_s,
+                                       settings.runner_start_s)
 
     async def facts(self, task_id: str) -> TaskFacts:
         """What materialisation needs to know about a task, from its projections."""
@@ -328,8 +329,12 @@ class Dispatcher:
                     if after_materialization_failure(task.state, error.kind) \
                             != AttemptStatus.RESERVED:  # ended before the session is free
                         await self.protocol.end(row.runner_job_id, error.kind)
-                    await self.sessions.abandon_turn(session_id, row.runner_job_id,
-                                                     error.kind, bounded(error.message))
+                        await self.sessions.abandon_turn(session_id, row.runner_job_id,
+                                                         error.kind, bounded(error.message))
+                    # else the turn stays reserved with the attempt: the job's token still
+                    # works (a runner the create started may claim), so no other turn of the
+                    # session may start until dispatching again adopts the job or a cancel
+                    # ends it (docs/decisions.md, "A failed create keeps its session turn")
                     await self._fail(task_id, attempt_id, error.kind, error.message)
                     return
                 faults.crash_at(self.settings.faults, "crash-after-create")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ import msgspec
 
 from ledger.errors import NotFound
 from ledger.intake import payload_hash
-from ledger.states import AttemptStatus, JobState
+from ledger.states import AttemptStatus, FailureKind, JobState
 from ledger.task import CancelTask, RecordJudge, SubmitTask, TaskCommand
 from ledger.writer import LedgerWriter, Outcome
 from projections import queries
@@ -65,9 +66,15 @@ class QueueService:
                 await self.dispatcher.cancel_job(attempt.run_id, attempt.runner_job_id)
         elif latest is not None and latest.state == AttemptStatus.RESERVED and outcome.events \
                 and latest.ids is not None:  # a create that failed may have left a runner:
-            # ended first (its claim is refused), then stopped if it runs
-            await self.dispatcher.protocol.end(latest.ids.runner_job_id, JobState.CANCELLED)
-            await self.dispatcher.driver.cancel(latest.ids.runner_job_id)
+            # ended first (its claim is refused), then stopped if it runs; only then is
+            # its session turn, held since, given up
+            job = latest.ids.runner_job_id
+            await self.dispatcher.protocol.end(job, JobState.CANCELLED)
+            await self.dispatcher.driver.cancel(job)
+            with contextlib.suppress(NotFound):  # the session was never opened
+                await self.dispatcher.sessions.abandon_turn(
+                    latest.ids.session_id, job, FailureKind.RUNNER_CANCELLED,
+                    "the task was cancelled before its runner job was created")
         return None
 
     async def judge(self, command: RecordJudge, dry_run: bool) -> Preview | bool:

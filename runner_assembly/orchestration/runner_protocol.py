@@ -75,11 +75,14 @@ class RunnerProtocol:
     """Receives what runners report; answers a job's status from those reports."""
 
     def __init__(self, pool: asyncpg.Pool, writer: LedgerWriter, driver: RunnerDriver,
-                 lease_s: float) -> None:
+                 lease_s: float, start_s: float = 0.0) -> None:
+        """``start_s``: how much longer a job may stay silent while the driver shows one of
+        its containers being started (``SVC_RUNNER_START_S``)."""
         self.pool = pool
         self.writer = writer
         self.driver = driver
         self.lease = timedelta(seconds=lease_s)
+        self.start = timedelta(seconds=start_s)
 
     async def job(self, runner_job_id: str) -> RunnerJobState | None:
         """The runner job's state, folded from its ledger stream."""
@@ -158,8 +161,11 @@ class RunnerProtocol:
         """The job's status from its runner's reports; the driver only as a fallback.
 
         Without an exit report: a job whose lease expired is ``runner-lost`` (with
-        ``stop_lost`` its driver job is stopped); one the driver says has ended is what the
-        driver saw of it.
+        ``stop_lost`` its driver job is stopped), unless the driver saw the job alive within
+        the lease (a container being started: a pod pulling its image before or after its
+        ``assemble`` container, when nothing of the runner runs to beat; or a container
+        started since) and the silence is shorter than the lease plus ``start_s``; one the
+        driver says has ended is what the driver saw of it.
         """
         job = await self.job(runner_job_id)
         if job is None:  # created before the runner protocol: only the driver knows
@@ -171,15 +177,19 @@ class RunnerProtocol:
         if job.ended == FailureKind.RUNNER_LOST:
             return lost
         moment = now or datetime.now(UTC)
-        if job.last_seen and moment - datetime.fromisoformat(job.last_seen) > self.lease:
+        silent = moment - datetime.fromisoformat(job.last_seen) if job.last_seen else None
+        if silent is not None and silent > self.lease:
+            if silent <= self.lease + self.start:
+                alive = (await self.driver.status(runner_job_id)).alive_at
+                if alive is not None and moment - alive <= self.lease:
+                    return _running(job)
             if stop_lost:  # ended first: a runner woken by the stop cannot renew its lease
                 await self.end(runner_job_id, FailureKind.RUNNER_LOST)
                 await self.driver.cancel(runner_job_id)
             return lost
         there = await self.driver.status(runner_job_id)
         if not there.terminal:
-            return JobStatus(JobState.RUNNING, assembly=job.assembly, thread_id=job.thread_id,
-                             startup=job.startup)
+            return _running(job)
         job = await self.job(runner_job_id) or job  # it may have reported meanwhile
         if job.exit is not None:
             return _reported(job)
@@ -190,6 +200,11 @@ class RunnerProtocol:
         return dataclasses.replace(there, assembly=there.assembly or job.assembly,
                                    thread_id=there.thread_id or job.thread_id,
                                    startup=there.startup or job.startup)
+
+
+def _running(job: RunnerJobState) -> JobStatus:
+    return JobStatus(JobState.RUNNING, assembly=job.assembly, thread_id=job.thread_id,
+                     startup=job.startup)
 
 
 def _reported(job: RunnerJobState) -> JobStatus:

@@ -20,7 +20,7 @@ from ledger.errors import InvalidTransition, NotFound, Refused
 from ledger.ids import new_id
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
-from ledger.states import FailureKind, JobState, StorageKind
+from ledger.states import AttemptStatus, FailureKind, JobState, StorageKind, TurnStatus
 from projections import orchestration_queries as oq
 from projections.orchestration_queries import JobIdentity, RunBase
 from runner_assembly.assembly.failures import AssemblyFailure
@@ -196,8 +196,26 @@ class SessionService:
             except Exception:  # one broken session must not stop the others
                 log.exception("following session %s failed", session_id)
 
+    async def check_cancellable(self, session_id: str) -> None:
+        """Refuse to cancel a turn that a task's reserved attempt holds (its create failed,
+        or is under way): that attempt adopts its job when dispatched again, which an ended
+        job refuses, so only cancelling the task ends the job and frees the turn."""
+        for turn in await oq.active_turns(self.pool, session_id):
+            if turn.status != TurnStatus.RESERVED or not turn.task_id:
+                continue
+            task = await self.dispatcher.task_state(turn.task_id)
+            latest = task.latest if task is not None else None
+            if latest is not None and latest.state == AttemptStatus.RESERVED \
+                    and latest.ids is not None \
+                    and latest.ids.runner_job_id == turn.runner_job_id:
+                raise InvalidTransition(
+                    "the session's turn belongs to a reserved attempt of a task: cancel the "
+                    "task", sessionId=session_id, taskId=turn.task_id,
+                    runnerJobId=turn.runner_job_id)
+
     async def cancel(self, session_id: str, reason: str | None) -> None:
         """Cancel the session's running turn: stop its runner job, record the end."""
+        await self.check_cancellable(session_id)
         await self.writer.execute(CancelSession(session_id, reason), ACTOR)
         for turn in await oq.active_turns(self.pool, session_id):
             await self.driver.cancel(turn.runner_job_id)
@@ -215,6 +233,8 @@ class SessionService:
     async def preview(self, name: str,
                       command: CancelSession | MarkSessionRead) -> dict[str, object]:
         """The dry-run plan of a session command: the events it would append."""
+        if isinstance(command, CancelSession):
+            await self.check_cancellable(command.session_id)
         outcome = await self.writer.plan(command)
         return {"operation": name, "sessionId": command.session_id,
                 "events": [type(e).__name__ for e in outcome.events]}
