@@ -43,6 +43,8 @@ class ProjectFn(Protocol):
 
 
 MAX_CONFLICT_RETRIES = 3
+PIPELINED = 2
+"""Batches of fresh tasks one writer has in flight at once."""
 OPTIMISTIC_TRIES = 3
 """Commits of one batch after a head that another process moved first, before the batch is
 decided under the head lock instead."""
@@ -195,13 +197,40 @@ class LedgerWriter:
         return Outcome(command.stream_id, events, state, before=before)
 
     async def _run(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self._max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            await self._commit(batch)
+        """Take what is queued as a batch and commit it. Batches of fresh tasks, which
+        Postgres numbers where the head is, overlap (up to :data:`PIPELINED`): the next one
+        waits at the head row inside Postgres, not for this process to come round. Any
+        other batch waits until every earlier one has ended, and runs alone."""
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                batch = [await self._queue.get()]
+                while len(batch) < self._max_batch and not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                overlaps = all(item.after is None
+                               and getattr(item.command, "creates_stream", False)
+                               for item in batch)
+                while in_flight and (not overlaps or len(in_flight) >= PIPELINED):
+                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                task = asyncio.create_task(self._commit(batch))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        finally:
+            for task in in_flight:  # stopped: the batches in flight may commit or not
+                task.cancel()
+            if in_flight:
+                await asyncio.wait(in_flight)
 
     async def _commit(self, batch: list[_Item]) -> None:
+        try:
+            await self._commit_batch(batch)
+        except asyncio.CancelledError:
+            for item in batch:
+                _fail(item, CommitUnknown("the service stopped while committing: the change "
+                                          "may or may not be stored"))
+            raise
+
+    async def _commit_batch(self, batch: list[_Item]) -> None:
         for _ in range(MAX_CONFLICT_RETRIES):
             try:
                 outcomes = await self._try_batch(batch)
@@ -214,7 +243,7 @@ class LedgerWriter:
             except Exception as error:  # isolate the failing command, then report it
                 if len(batch) > 1:
                     for item in batch:
-                        await self._commit([item])
+                        await self._commit_batch([item])
                     return
                 _fail(batch[0], store.translate_error(error))
                 return
@@ -276,7 +305,8 @@ class LedgerWriter:
         committed = await store.commit(conn, after, decided.prepared, decided.statements)
         if committed is None:
             return None
-        self._head = committed.head
+        if self._head is None or committed.head.last_seq > self._head.last_seq:
+            self._head = committed.head  # overlapping batches may answer out of order
         recorded = decided.prepared.recorded
         if committed.shift:
             recorded = [msgspec.structs.replace(entry,
