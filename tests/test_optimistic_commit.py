@@ -5,6 +5,7 @@ decided after is still the head, otherwise nothing of it is written and it is de
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
@@ -222,3 +223,57 @@ def test_fresh_task_rows_differ_only_in_change_seq_by_the_shift(
                    if SEQ_COLUMN in projection.columns else row
                    for row in from_one.rows(projection)]
         assert shifted == real.rows(projection), projection.table
+
+
+async def _waiting_writes(conn: asyncpg.Connection, database: str) -> int:
+    """How many of the writer's statements wait at the head row now."""
+    return int(await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'"
+        " AND query LIKE 'WITH a AS MATERIALIZED (SELECT * FROM ledger_advance%'", database))
+
+
+async def _until_waiting(conn: asyncpg.Connection, database: str, count: int) -> None:
+    """Wait (10 s at most) until ``count`` of the writer's statements wait at the head row."""
+    for _ in range(500):
+        if await _waiting_writes(conn, database) >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {count} writes waited at the head row")
+
+
+async def test_batches_of_fresh_tasks_overlap_and_others_wait_for_them(
+        database_url: str) -> None:
+    pool = await create_pool(database_url, min_size=1, max_size=3, transactions_only=True)
+    writer = LedgerWriter(pool, plan_projection)
+    await writer.start()
+    task_id = (await writer.execute(intake.submit_command(task_body(), actor="t"), "t")).stream_id
+    holder = await asyncpg.connect(database_url)  # holds the head row
+    watcher = await asyncpg.connect(database_url)  # outside it: activity is read per transaction
+    database = await holder.fetchval("SELECT current_database()")
+    try:
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("SELECT 1 FROM ledger_head WHERE id = 1 FOR UPDATE")
+
+        def submit(title: str) -> asyncio.Task[Outcome]:
+            command = intake.submit_command(task_body(title=title), actor="t")
+            return asyncio.ensure_future(writer.execute(command, "t"))
+
+        first = submit("first")
+        await _until_waiting(watcher, database, 1)
+        second = submit("second")  # sent while the first waits: both wait at the head row
+        await _until_waiting(watcher, database, 2)
+        cancel = asyncio.ensure_future(writer.execute(CancelTask(task_id, None), "t"))
+        third = submit("third")  # behind the cancel: it waits for the two to end
+        await asyncio.sleep(0.3)
+        assert await _waiting_writes(watcher, database) == 2
+        assert not any(t.done() for t in (first, second, cancel, third))
+        await holding.rollback()
+        seqs = [(await t).change_seq for t in (first, second, cancel, third)]
+    finally:
+        await holder.close()
+        await watcher.close()
+        await writer.close()
+        await pool.close()
+    assert seqs == [2, 3, 4, 5], seqs
+    assert (await replay_report(database_url)).ok
