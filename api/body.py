@@ -133,11 +133,16 @@ def check_strings(value: object, depth: int = 0, path: str = "$", *,
     One RE2 search over every string of the body, joined by newlines, decides whether the
     strings are searched one by one (``scan``) to name the path: a credential in one string
     is in the joined text too (the patterns have no ``^``/``$`` anchors, and a newline is
-    no word character), so only a body that may hold one pays a search per string."""
+    no word character), so only a body that may hold one pays a search per string. The same
+    walk finds NULs and deep nesting, so a clean body is walked once: only a body with
+    something to refuse is walked again to name the path and the first problem."""
     if scan is None:
         strings: list[str] = []
-        _strings(value, depth, strings)
-        scan = holds_credential("\n".join(strings))
+        too_deep = _strings(value, depth, strings)
+        joined = "\n".join(strings)
+        scan = holds_credential(joined)
+        if not (scan or too_deep or "\x00" in joined):
+            return
     if depth > MAX_DEPTH:
         raise InvalidRequest(f"body nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
@@ -156,19 +161,23 @@ def check_strings(value: object, depth: int = 0, path: str = "$", *,
             check_strings(item, depth + 1, f"{path}[{index}]", scan=scan)
 
 
-def _strings(value: object, depth: int, into: list[str]) -> None:
-    """Every string (keys too) of ``value`` down to the nesting limit, into ``into``."""
+def _strings(value: object, depth: int, into: list[str]) -> bool:
+    """Every string (keys too) of ``value`` down to the nesting limit, into ``into``; True
+    when something lies deeper than the limit."""
     if depth > MAX_DEPTH:
-        return
+        return True
     if isinstance(value, str):
         into.append(value)
-    elif isinstance(value, dict):
+        return False
+    too_deep = False
+    if isinstance(value, dict):
         for key, item in value.items():
-            _strings(key, depth + 1, into)
-            _strings(item, depth + 1, into)
+            too_deep = _strings(key, depth + 1, into) | _strings(item, depth + 1, into) \
+                or too_deep
     elif isinstance(value, list):
         for item in value:
-            _strings(item, depth + 1, into)
+            too_deep = _strings(item, depth + 1, into) or too_deep
+    return too_deep
 
 
 def _member(path: str, key: str) -> str:
