@@ -298,8 +298,9 @@ class ServeOptions(UvicornOptions):
 def uvicorn_options(settings: HttpSettings, workers: int = 1) -> UvicornOptions:
     """Keyword arguments for ``uvicorn.run``: uvloop, our protocol, the keep-alive timeout
     and the shutdown grace; no ``X-Forwarded-*`` rewriting of the client address and scheme
-    (nothing reads them: a layer less per request). With one worker, raises this process's soft fd limit first; with
-    more, each worker builds its protocol (and raises its own limit) when it starts."""
+    (nothing reads them: a layer less per request). With one worker, raises this process's
+    soft fd limit first; with more, each worker builds its protocol (and raises its own
+    limit) when it starts."""
     if workers == 1:
         protocol: type[DeadlineProtocol] | str = protocol_class(
             settings, connection_cap(settings.max_connections, raise_fd_limit()))
