@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -10,6 +11,10 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Request
 from litestar.datastructures import State
+from litestar.exceptions import ClientException, InternalServerException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.types import Empty
+from litestar.utils.scope.state import ScopeState
 
 from ledger.errors import DomainError, InvalidRequest
 from ledger.redaction import holds_credential
@@ -118,10 +123,51 @@ async def read_body(request: Request[object, object, State], kind: type[T], *,
                     empty_ok: bool = False, gate: Gate | None = None) -> T:
     """Read and strictly decode the request body (every JSON body of the API passes here);
     a large one is decoded and scanned in a worker thread."""
-    raw = await request.body()
+    raw = await body_bytes(request)
     if len(raw) > THREAD_BODY_BYTES:
         return await asyncio.to_thread(decode, raw, kind, empty_ok=empty_ok, gate=gate)
     return decode(raw, kind, empty_ok=empty_ok, gate=gate)
+
+
+async def body_bytes(request: Request[object, object, State]) -> bytes:
+    """The request body, read from ASGI ``receive`` under the limits of ``request.body()``:
+    413 when the announced or the received size passes the route's maximum, 400 for a bad
+    ``Content-Length``, 500 when the client leaves midway. It is kept where ``body()``
+    looks first, so that answers it afterwards. (``body()`` builds every header into a
+    multidict for the length and reads through an async generator: ~15 µs a request.)"""
+    state = ScopeState.from_scope(request.scope)
+    if state.body is not Empty:
+        return state.body
+    limit = request.route_handler.resolve_request_max_body_size() or math.inf
+    for name, value in request.scope["headers"]:
+        if name == b"content-length":
+            try:
+                announced = int(value)
+            except ValueError:
+                raise ClientException(
+                    f"Invalid content-length: {value.decode('latin-1')!r}") from None
+            if announced > limit:
+                raise RequestEntityTooLarge
+            break
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await request.receive()
+        if event["type"] == "http.request":
+            chunk = event["body"]
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise RequestEntityTooLarge
+                chunks.append(chunk)
+            if not event.get("more_body", False):
+                break
+        elif event["type"] == "http.disconnect":
+            raise InternalServerException("client disconnected prematurely")
+    request.is_connected = False
+    body: bytes = b"".join(chunks)
+    state.body = body
+    return body
 
 
 def check_strings(value: object, depth: int = 0, path: str = "$", *,
@@ -133,11 +179,16 @@ def check_strings(value: object, depth: int = 0, path: str = "$", *,
     One RE2 search over every string of the body, joined by newlines, decides whether the
     strings are searched one by one (``scan``) to name the path: a credential in one string
     is in the joined text too (the patterns have no ``^``/``$`` anchors, and a newline is
-    no word character), so only a body that may hold one pays a search per string."""
+    no word character), so only a body that may hold one pays a search per string. The same
+    walk finds NULs and deep nesting, so a clean body is walked once: only a body with
+    something to refuse is walked again to name the path and the first problem."""
     if scan is None:
         strings: list[str] = []
-        _strings(value, depth, strings)
-        scan = holds_credential("\n".join(strings))
+        too_deep = _strings(value, depth, strings)
+        joined = "\n".join(strings)
+        scan = holds_credential(joined)
+        if not (scan or too_deep or "\x00" in joined):
+            return
     if depth > MAX_DEPTH:
         raise InvalidRequest(f"body nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
@@ -156,19 +207,23 @@ def check_strings(value: object, depth: int = 0, path: str = "$", *,
             check_strings(item, depth + 1, f"{path}[{index}]", scan=scan)
 
 
-def _strings(value: object, depth: int, into: list[str]) -> None:
-    """Every string (keys too) of ``value`` down to the nesting limit, into ``into``."""
+def _strings(value: object, depth: int, into: list[str]) -> bool:
+    """Every string (keys too) of ``value`` down to the nesting limit, into ``into``; True
+    when something lies deeper than the limit."""
     if depth > MAX_DEPTH:
-        return
+        return True
     if isinstance(value, str):
         into.append(value)
-    elif isinstance(value, dict):
+        return False
+    too_deep = False
+    if isinstance(value, dict):
         for key, item in value.items():
-            _strings(key, depth + 1, into)
-            _strings(item, depth + 1, into)
+            too_deep = _strings(key, depth + 1, into) | _strings(item, depth + 1, into) \
+                or too_deep
     elif isinstance(value, list):
         for item in value:
-            _strings(item, depth + 1, into)
+            too_deep = _strings(item, depth + 1, into) or too_deep
+    return too_deep
 
 
 def _member(path: str, key: str) -> str:

@@ -25,6 +25,11 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 access_log = logging.getLogger("svc.access")
 _REQUEST_PREFIX = f"req_{os.urandom(6).hex()}_"
 _request_numbers = itertools.count(1)
+FLUSH_EVERY = 256
+"""Answered requests noted before their metrics are counted in one batch (a scrape counts
+every noted request first, so it sees each request answered before it)."""
+RequestKey = tuple[str, str, int]
+"""Route template, method and status of a request."""
 
 
 def new_request_id() -> str:
@@ -51,28 +56,37 @@ class Metrics:
                                   registry=self.registry)
         self.retries = Counter("svc_retries", "Retries by outcome", ["outcome"],
                                registry=self.registry)
+        self._children: dict[RequestKey, tuple[Counter, Histogram]] = {}
+        self._noted: list[tuple[RequestKey, float]] = []
+
+    def request(self, route: str, method: str, status: int, elapsed: float) -> None:
+        """Note one answered request and its latency (counted with the next batch)."""
+        noted = self._noted
+        noted.append(((route, method, status), elapsed))
+        if len(noted) >= FLUSH_EVERY:
+            self.count_requests()
+
+    def count_requests(self) -> None:
+        """Count the noted requests: their latencies, and one increment per (route, method,
+        status); the metric children of each are looked up once per process."""
+        noted, self._noted = self._noted, []
+        counts: dict[RequestKey, int] = {}
+        for key, elapsed in noted:
+            children = self._children.get(key)
+            if children is None:
+                route, method, status = key
+                children = self._children[key] = (
+                    self.requests.labels(route, method, str(status)),
+                    self.latency.labels(route, method))
+            children[1].observe(elapsed)
+            counts[key] = counts.get(key, 0) + 1
+        for key, count in counts.items():
+            self._children[key][0].inc(count)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition."""
+        """The Prometheus text exposition (every noted request counted)."""
+        self.count_requests()
         return generate_latest(self.registry)
-
-
-class _RequestMetrics:
-    """The metric children of each (route, method, status), looked up once, not per request."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
-
-    def observe(self, route: str, method: str, status: int, elapsed: float) -> None:
-        """Count one request and record its latency."""
-        children = self._children.get((route, method, status))
-        if children is None:
-            children = self._children[(route, method, status)] = (
-                self._metrics.requests.labels(route, method, str(status)),
-                self._metrics.latency.labels(route, method))
-        children[0].inc()
-        children[1].observe(elapsed)
 
 
 def _given_request_id(scope: Scope) -> str | None:
@@ -93,7 +107,7 @@ def access_level(status: int) -> int:
 def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
     """ASGI middleware: request id, metrics by route template and status, an access line
     (at :func:`access_level`)."""
-    observed = _RequestMetrics(metrics)
+    note = metrics.request
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def handle(scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,7 +133,7 @@ def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
                 elapsed = time.perf_counter() - started
                 route = str(scope.get("path_template", "unmatched"))
                 method = str(scope.get("method", "-"))
-                observed.observe(route, method, status, elapsed)
+                note(route, method, status, elapsed)
                 level = access_level(status)
                 if access_log.isEnabledFor(level):
                     access_log.log(level, "request", extra={"fields": {

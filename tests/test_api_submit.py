@@ -137,6 +137,37 @@ async def test_oversized_body_is_refused(client: Any, database_url: str) -> None
     assert await snapshot(database_url) == before
 
 
+async def test_an_announced_oversized_body_is_refused_before_it_arrives(
+        client: Any, database_url: str) -> None:
+    before = await snapshot(database_url)
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.base_url.port)
+    writer.write(b"POST " + TASKS.encode() + b" HTTP/1.1\r\nHost: svc\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)  # not the body's 2 MiB
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    answer = json.loads(await reader.readexactly(length))
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 413")
+    assert answer["error"]["code"] == "payload-too-large"
+    assert await snapshot(database_url) == before
+
+
+async def test_a_body_sent_in_pieces_is_read_whole(client: Any) -> None:
+    raw = json.dumps(task_body(title="in pieces")).encode()
+
+    async def pieces() -> Any:
+        for start in range(0, len(raw), 16):
+            yield raw[start:start + 16]
+            await asyncio.sleep(0.001)
+
+    response = await client.post(TASKS, content=pieces(),
+                                 headers={"content-type": "application/json"})
+    assert response.status_code == 201, response.text
+    assert response.json()["contract"]["title"] == "in pieces"
+
+
 async def test_submit_dry_run_plans_and_changes_nothing(client: Any, database_url: str) -> None:
     before = await snapshot(database_url)
     response = await client.post(f"{TASKS}?dryRun=true", json=task_body(queue="main/fast"))

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from api.observability import FLUSH_EVERY, Metrics
 from tests.conftest import running_api
 from tests.support import task_body
 
@@ -53,6 +54,34 @@ async def test_metrics_count_requests_appends_and_dispatches(client: Any) -> Non
     assert float(appended.split()[-1]) >= 4  # submit, reserve, run, job, materialized
     assert "svc_projection_write_seconds_count" in text
     assert 'svc_dispatches_total{outcome="running"} 1.0' in text
+
+
+def test_request_metrics_counted_in_batches_show_every_request_at_a_scrape() -> None:
+    metrics = Metrics()
+
+    def scraped() -> dict[str, float]:
+        return {name: float(value) for name, value in (
+            line.rsplit(" ", 1) for line in metrics.render().decode().splitlines()
+            if line.startswith(("svc_http_requests_total", "svc_http_request_duration")))}
+
+    requests = FLUSH_EVERY + 3  # a full batch, then three waiting for the next one
+    for number in range(requests):
+        metrics.request("/r", "POST", 201 if number % 2 else 500, 0.002)
+    counts = scraped()
+    assert counts['svc_http_requests_total{method="POST",route="/r",status="201"}'] \
+        == requests // 2
+    assert counts['svc_http_requests_total{method="POST",route="/r",status="500"}'] \
+        == requests - requests // 2
+    assert counts['svc_http_request_duration_seconds_count{method="POST",route="/r"}'] \
+        == requests
+    metrics.request("/r", "POST", 201, 0.5)
+    counts = scraped()
+    assert counts['svc_http_request_duration_seconds_count{method="POST",route="/r"}'] \
+        == requests + 1
+    assert counts['svc_http_request_duration_seconds_bucket{le="0.5",method="POST",route="/r"}'] \
+        == requests + 1
+    assert counts['svc_http_request_duration_seconds_bucket{le="0.25",method="POST",route="/r"}'] \
+        == requests
 
 
 async def test_every_answer_carries_a_request_id(client: Any) -> None:
