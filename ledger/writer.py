@@ -160,8 +160,9 @@ class LedgerWriter:
         """Append the command's events (with its projections) and return the outcome."""
         if self._task is None:
             raise LedgerUnavailable("the ledger writer is not running")
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Item(command, actor, future))
+        # The writer's own loop (no running-loop look-up per command); the queue is unbounded.
+        future: asyncio.Future[Outcome] = self._task.get_loop().create_future()
+        self._queue.put_nowait(_Item(command, actor, future))
         return await future
 
     async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
@@ -171,7 +172,7 @@ class LedgerWriter:
         exactly as with consecutive :meth:`execute` calls."""
         if self._task is None:
             raise LedgerUnavailable("the ledger writer is not running")
-        loop = asyncio.get_running_loop()
+        loop = self._task.get_loop()
         items: list[_Item] = []
         for command in commands:  # queued without yielding: the next batch takes them all
             items.append(_Item(command, actor, loop.create_future(),
