@@ -76,6 +76,12 @@ def _kinds(sent: list[str]) -> list[str]:
     return [k for k in kinds if k != "select"]  # less the projection rows a batch loads
 
 
+async def _replays(database_url: str, *, events: int) -> None:
+    """The ledger holds ``events`` entries and replays to the live projections."""
+    report = await replay_report(database_url)
+    assert report.ok and report.events == events, report
+
+
 async def test_fresh_tasks_from_two_writers_never_race(
         sides: list[Side], database_url: str) -> None:
     first, _ = sides
@@ -85,8 +91,7 @@ async def test_fresh_tasks_from_two_writers_never_race(
             outcome = await side.submit(f"{n}")
             assert _kinds(side.sent) == ["write"]
             assert outcome.change_seq == 2 * n + (1 if side is first else 2)
-    report = await replay_report(database_url)
-    assert report.ok and report.events == 6, report
+    await _replays(database_url, events=6)
 
 
 async def test_a_writer_whose_head_moved_decides_again_after_the_other(
@@ -102,8 +107,7 @@ async def test_a_writer_whose_head_moved_decides_again_after_the_other(
     first.sent.clear()
     assert (await first.cancel(theirs)).change_seq == 4
     assert _kinds(first.sent) == ["streams", "write"]  # its own commit is the head it knows
-    report = await replay_report(database_url)
-    assert report.ok and report.events == 4, report
+    await _replays(database_url, events=4)
 
 
 async def test_a_write_after_a_moved_head_writes_nothing(
@@ -194,8 +198,7 @@ async def test_after_lost_races_the_writer_locks_the_head_before_deciding(
     kinds = _kinds(sent)
     assert kinds.count("write") == OPTIMISTIC_TRIES + 1 and kinds[-5:] == [
         "begin;", "lock", "streams", "write", "commit;"], kinds
-    report = await replay_report(database_url)
-    assert report.ok and report.events == OPTIMISTIC_TRIES + 2, report
+    await _replays(database_url, events=OPTIMISTIC_TRIES + 2)
 
 
 @given(queues=st.lists(st.sampled_from(["a", "a/fast", "b"]), min_size=1, max_size=6),
