@@ -133,14 +133,11 @@ class DeadlineProtocol(HttpToolsProtocol):
     from the start of each later request), a body deadline (from the end of the headers),
     and a connection cap that closes the oldest waiting connection to make room.
 
-    A deadline is a time (``_due``); one timer per connection checks it when it fires and
-    re-arms itself for a deadline moved later meanwhile, so a busy keep-alive connection
-    schedules a timer about once per header deadline, not twice per request."""
+    Timers are armed per connection and per request, never per chunk of data."""
 
     limits: ClassVar[HttpSettings]
     registry: ClassVar[ConnectionRegistry]
     _deadline: asyncio.TimerHandle | None = None
-    _due: float | None = None
     _counted = False
     _phase: Literal["headers", "body"] | None = None
 
@@ -162,7 +159,7 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Forget the connection."""
-        self._stop_timer()
+        self._disarm()
         self._release()
         super().connection_lost(exc)
 
@@ -171,7 +168,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         request's deadline already runs from connection open)."""
         super().on_message_begin()
         self._phase = "headers"
-        if self._due is None:
+        if self._deadline is None:
             self._arm(self.limits.header_timeout_s)
 
     def on_headers_complete(self) -> None:
@@ -199,35 +196,13 @@ class DeadlineProtocol(HttpToolsProtocol):
             self.registry.waiting.move_to_end(self)
 
     def _arm(self, seconds: int) -> None:
-        """Set the deadline ``seconds`` from now; schedule the timer unless it fires before."""
-        due = self._due = self.loop.time() + seconds
-        timer = self._deadline
-        if timer is None or timer.when() > due:
-            if timer is not None:
-                timer.cancel()
-            self._deadline = self.loop.call_at(due, self._check)
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expire)
 
     def _disarm(self) -> None:
-        """No deadline (the timer, if any, finds none when it fires and stops)."""
-        self._due = None
-
-    def _stop_timer(self) -> None:
-        self._due = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-
-    def _check(self) -> None:
-        """The timer fired: expire the deadline it was set for (or an earlier one), or wait
-        for one moved later (compared with the timer's own time, not a rounded clock)."""
-        timer, self._deadline = self._deadline, None
-        due = self._due
-        if due is None:
-            return
-        if timer is not None and due > timer.when():
-            self._deadline = self.loop.call_at(due, self._check)
-            return
-        self._expire()
 
     def _release(self) -> None:
         if self._counted:
@@ -252,7 +227,7 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def _cut(self) -> None:
         """Close the connection now (deadline passed, or room needed under the cap)."""
-        self._stop_timer()
+        self._disarm()
         self._release()
         if not self.transport.is_closing():
             self.transport.close()
