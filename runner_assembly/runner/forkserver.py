@@ -9,7 +9,9 @@ forks; once the child has its own session (it closes a pipe shared with the pare
 after ``setsid``, so a ``killpg`` of the pid reaches it from the first moment the server knows
 it), the parent answers the child's pid on standard output (``0``: the fork failed) and
 reaps nothing (``SIGCHLD`` is ignored, so ended runners never linger as zombies). The base
-tools' versions of the startup event are asked once, before the first fork. The child
+tools' versions of the startup event are asked once, before the first fork, and what is
+loaded by then is frozen out of the garbage collector (``gc.freeze``), so a runner's
+collections never touch, and copy, the pages it shares with the forkserver. The child
 becomes exactly what a freshly started runner is: a new session, ``/dev/null`` as standard
 input, ``runner.log`` as standard output and error, no other descriptor, the job directory as
 working directory and ``HOME``, default ``SIGCHLD``; then it runs
@@ -20,6 +22,7 @@ only. At end of input (the server closed the pipe or died) it exits; runners it 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -50,6 +53,7 @@ def _become_runner(folder: str, session_made: int) -> None:
 def serve() -> int | None:
     """Fork a runner per request; None at end of input, a child's exit code in the child."""
     startup.warm()
+    gc.freeze()  # what the runners share stays out of their collections: fewer copied pages
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     requests = sys.stdin.buffer
     answers = sys.stdout.buffer

@@ -147,13 +147,21 @@ def _thread(layout: Layout, resumed: str | None) -> str | None:
     return started.read_text().strip()[:128] or None if started.is_file() else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the runner process (``argv``: its arguments, else the command line's)."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner_assembly.runner.local")
     parser.add_argument("folder", type=Path)
     parser.add_argument("--secret-root", type=Path, required=True)
     parser.add_argument("--bwrap", default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+PARSER = _parser()
+"""The runner's command line, built at import: a runner forked from the forkserver has it."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the runner process (``argv``: its arguments, else the command line's)."""
+    args = PARSER.parse_args(argv)
     folder: Path = args.folder
     signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(143))
     spec = json.loads((folder / "spec.json").read_text())

@@ -7,6 +7,7 @@ with the same body, which the manager accepts once (claims by claimant, lines by
 
 from __future__ import annotations
 
+import encodings.idna  # noqa: F401  http.client encodes the host with it at the first request
 import json
 import time
 import urllib.error
