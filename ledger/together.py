@@ -1,7 +1,6 @@
 """A batch's writes sent as one statement: the ledger head's move first (``a``), then every
-write (data-modifying ``WITH`` clauses, each with its parameters renumbered) reading its rows
-joined with ``a``, so it runs after the move and only when the head moved; one round trip,
-and with no transaction around it, one commit."""
+write (data-modifying ``WITH`` clauses, each with its parameters renumbered), which runs after
+it and only when it moved; one round trip, and with no transaction around it, one commit."""
 
 from __future__ import annotations
 
@@ -12,11 +11,11 @@ from functools import lru_cache
 Statement = tuple[str, Sequence[object]]
 """A SQL statement (``$n`` parameters) and its arguments."""
 
-SEQ_SHIFT = "a.shift"
+SEQ_SHIFT = "(SELECT shift FROM a)"
 """In a :func:`sequenced` statement: what a projection row adds to its ``change_seq``."""
 
 _PARAMETER = re.compile(r"\$(\d+)")
-_READS_HEAD = re.compile(r"\bFROM a\b")
+_ARRAY_PARAMETER = re.compile(r"\$(\d+)::(\w+)\[\]")
 
 
 def _shift(text: str, by: int) -> str:
@@ -24,12 +23,14 @@ def _shift(text: str, by: int) -> str:
     return _PARAMETER.sub(lambda match: f"${int(match[1]) + by}", text)
 
 
-def _after_head(text: str) -> str:
-    """``text``, checked to read its rows joined with the head part (``FROM a, …``): its
-    writes then wait for the head's move and yield no row when the head did not move."""
-    if not _READS_HEAD.search(text):
-        raise ValueError("a sequenced write reads its rows joined with the head: FROM a, …")
-    return text
+def _gated(text: str) -> str:
+    """``text`` with each array parameter ``$n::t[]`` read through the head part ``a``:
+    after it, and NULL (``unnest`` yields no row) when it returned none. Every parameter
+    must be such an array."""
+    gated, found = _ARRAY_PARAMETER.subn(lambda m: f"(SELECT {m[0]} FROM a)", text)
+    if found != len(_PARAMETER.findall(text)):
+        raise ValueError("a sequenced write takes only array parameters ($n::type[])")
+    return gated
 
 
 @lru_cache(maxsize=256)
@@ -37,18 +38,17 @@ def _sequenced(head: str, head_count: int, texts: tuple[str, ...],
                counts: tuple[int, ...]) -> str:
     parts, offset = [f"a AS MATERIALIZED ({head})"], head_count
     for index, (text, count) in enumerate(zip(texts, counts, strict=True)):
-        parts.append(f"w{index} AS ({_shift(_after_head(text), offset)})")
+        parts.append(f"w{index} AS ({_shift(_gated(text), offset)})")
         offset += count
     return "WITH " + ", ".join(parts) + " SELECT * FROM a"
 
 
 def sequenced(head: Statement, statements: Sequence[Statement]) -> Statement:
     """One statement: ``head`` (a query returning at most one row, which locks and moves the
-    ledger head) runs as ``a``; ``statements`` (writes whose rows are joined with ``a``:
-    ``… FROM a, unnest(…)``) produce rows only from ``a``'s, so they run after it, and only
-    when it returned its row, which the statement answers. Every row lock is taken after the
-    head's, so writers lock in one order. The parts see one snapshot and none sees another's
-    writes: they must touch different rows."""
+    ledger head) runs first as ``a``; ``statements`` (writes fed by array parameters, which
+    may read ``a``) run after it, and only when it returned its row, which the statement
+    answers. Every row lock is taken after the head's, so writers lock in one order. The
+    parts see one snapshot and none sees another's writes: they must touch different rows."""
     texts = tuple(text for text, _ in statements)
     counts = tuple(len(args) for _, args in statements)
     arguments = [*head[1], *(argument for _, args in statements for argument in args)]

@@ -196,8 +196,7 @@ class Projection(Generic[R]):
     @cached_property
     def upsert_sql(self) -> str:
         """Insert rows given as per-column arrays; on a stored key apply the merge rule. For
-        the ledger writer's one statement (``ledger.together.sequenced``) only: the rows are
-        joined with its head part ``a``."""
+        the ledger writer's one statement (``ledger.together.sequenced``) only."""
         table = quote(self.table)
         names = ", ".join(quote(c) for c in self.columns)
         keys = ", ".join(quote(k) for k in self.key)
@@ -209,7 +208,7 @@ class Projection(Generic[R]):
         else:
             action = "UPDATE SET " + ", ".join(
                 f"{quote(c)} = EXCLUDED.{quote(c)}" for c in self.added)
-        return (f"INSERT INTO {table} ({names}) SELECT {self._shifted} FROM a, "
+        return (f"INSERT INTO {table} ({names}) SELECT {self._shifted} FROM "
                 f"unnest({self._array_params(self.columns)}) AS u({names}) "
                 f"ON CONFLICT ({keys}) DO {action}")
 
