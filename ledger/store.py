@@ -76,6 +76,12 @@ def refuse_nul(payload: bytes) -> None:
         raise InvalidRequest(NUL_REFUSED)
 
 
+def lost_commit() -> CommitUnknown:
+    """The error for a commit whose connection was lost: it may or may not be stored."""
+    return CommitUnknown("the database connection was lost while committing: the change may "
+                         "or may not be stored; retry with the same idempotency key")
+
+
 def translate_error(error: BaseException) -> Exception:
     """Map a driver error to the ledger's own error type."""
     if isinstance(error, asyncpg.UniqueViolationError) and "stream_version" in str(
@@ -211,9 +217,7 @@ async def commit(conn: DbConnection, after: Head | None, prepared: Prepared,
         row = await conn.fetchrow(text, *arguments)
     except Exception as error:
         if is_outage(error) and own_commit:
-            raise CommitUnknown(
-                "the database connection was lost while committing: the change may or may "
-                "not be stored; retry with the same idempotency key") from error
+            raise lost_commit() from error
         raise translate_error(error) from error
     if row is None:
         return None

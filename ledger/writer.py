@@ -331,9 +331,7 @@ class LedgerWriter:
             except Exception as error:
                 self._head = None
                 if store.is_outage(error):
-                    raise CommitUnknown(
-                        "the database connection was lost while committing: the change may "
-                        "or may not be stored; retry with the same idempotency key") from error
+                    raise store.lost_commit() from error
                 raise
         return written
 
