@@ -28,9 +28,10 @@ from api.runner_service import RunnerApi
 from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from ledger.database import DbConnection, create_pool, data_dir
+from ledger.relay import RelayAddress, RelayedWriter
 from ledger.streams import RecordedEntry
 from ledger.together import Statement
-from ledger.writer import LedgerWriter
+from ledger.writer import LedgerWriter, Writer
 from projections.store import plan_projection
 from runner_assembly.drivers import faults, make_driver
 from runner_assembly.orchestration.dispatch import Dispatcher
@@ -147,8 +148,12 @@ def create_app(database_url: str, *, pool_size: int = 10,
         writer_pool = await create_pool(database_url, min_size=1, max_size=3,
                                         transactions_only=True, generic_plans=True)
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
-        writer = LedgerWriter(writer_pool, project_and_measure,
-                              on_commit=lambda entries: observed.appends.inc(len(entries)))
+        def count(entries: list[RecordedEntry]) -> None:
+            observed.appends.inc(len(entries))
+
+        own = LedgerWriter(writer_pool, project_and_measure, on_commit=count)
+        relay = RelayAddress.from_env()
+        writer: Writer = own if relay is None else RelayedWriter(own, relay, on_commit=count)
         await writer.start()
         driver = faults.wrap(make_driver(runner), runner.faults)
         sessions = services.start(
@@ -177,3 +182,15 @@ def create_app(database_url: str, *, pool_size: int = 10,
         logging_config=None,  # JSON logs are configured by `svc serve`
         debug=False,
     )
+
+
+@asynccontextmanager
+async def relay_writer(database_url: str) -> AsyncIterator[LedgerWriter]:
+    """The writer the ledger relay of ``svc serve --workers N`` serves every worker with
+    (:class:`ledger.relay.RelayHost`), on a pool of its own."""
+    pool = await create_pool(database_url, min_size=1, max_size=3, transactions_only=True,
+                             generic_plans=True)
+    try:
+        yield LedgerWriter(pool, plan_projection)
+    finally:
+        await pool.close()

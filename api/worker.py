@@ -51,6 +51,10 @@ def supervise(app: str, **options: Unpack[ServeOptions]) -> bool:
     from uvicorn.config import STARTUP_FAILURE, Config
     from uvicorn.supervisors.multiprocess import Multiprocess
 
+    # The workers share one listening socket, and libuv accepts every pending connection
+    # at once: whichever worker woke first took them all (a keep-alive client stays with
+    # it). One accept per wake-up spreads connections made together across the workers.
+    os.environ.setdefault("UV_TCP_SINGLE_ACCEPT", "1")
     config = Config(app, factory=True, **options)
     supervisor = Multiprocess(config, sockets=[config.bind_socket()])
     supervisor.run()

@@ -36,6 +36,12 @@ def error(code: str, message: str) -> None:
     print(f"error: {code}: {redact_text(message)}", file=sys.stderr)
 
 
+def warn(message: str) -> None:
+    """Print a warning line (something did not work; the command goes on) to standard
+    error, redacted."""
+    print(f"warning: {redact_text(message)}", file=sys.stderr)
+
+
 def api_error(response: ApiResponse) -> int:
     """Report a failed API answer on one line (its detail problems appended); exit 1."""
     body = response.data if isinstance(response.data, dict) else {}

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Unpack
 
 from cyclopts import Parameter
 
 from cli import render
+
+if TYPE_CHECKING:
+    from api.server import ServeOptions
 
 QUICK_START = """\
 Try it in another terminal (`source .venv/bin/activate` first; add --api {api} if you
@@ -87,8 +91,7 @@ def serve(
 
     from api.app import create_app
     from api.observability import configure_logging
-    from api.server import HttpSettings, ServeOptions, uvicorn_options
-    from api.worker import supervise
+    from api.server import HttpSettings, uvicorn_options
     from ledger.database import data_dir, resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
@@ -152,7 +155,7 @@ def serve(
             uvicorn.run(create_app(url, settings=settings), **options)
         else:  # each worker builds the app from this environment (uvicorn's supervisor)
             os.environ["SVC_DATABASE_URL"] = url
-            started = supervise(WORKER_APP, **options)
+            started = supervise_with_relay(url, **options)
     except KeyboardInterrupt:
         pass
     finally:
@@ -163,6 +166,27 @@ def serve(
                      "worker was stopped")
         return 3
     return 0
+
+
+def supervise_with_relay(url: str, **options: Unpack[ServeOptions]) -> bool:
+    """Serve the workers with one ledger writer for them all (:mod:`ledger.relay`), on a
+    thread of this process, which only supervises them otherwise."""
+    from api.app import relay_writer
+    from api.worker import supervise
+    from ledger.relay import ADDRESS_ENV, RelayHost
+
+    host = RelayHost(functools.partial(relay_writer, url))
+    try:
+        os.environ[ADDRESS_ENV] = host.start().encode()
+    except Exception as error:  # the workers can do without it, and will say what is wrong
+        host.stop()
+        render.warn(f"the ledger relay did not start ({type(error).__name__}: {error}); each "
+                    "worker writes through its own ledger writer")
+        return supervise(WORKER_APP, **options)
+    try:
+        return supervise(WORKER_APP, **options)
+    finally:
+        host.stop()
 
 
 def _unusable_address(host: str, port: int) -> str | None:

@@ -42,6 +42,17 @@ class ProjectFn(Protocol):
         ...
 
 
+class Writer(Protocol):
+    """What executes commands: a :class:`LedgerWriter`, or a worker's
+    :class:`ledger.relay.RelayedWriter` in front of one."""
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    async def execute(self, command: Command, actor: str) -> Outcome: ...
+    async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]: ...
+    async def plan(self, command: Command) -> Outcome: ...
+
+
 MAX_CONFLICT_RETRIES = 3
 PIPELINED = 2
 """Batches of fresh tasks one writer has in flight at once."""
@@ -158,12 +169,16 @@ class LedgerWriter:
 
     async def execute(self, command: Command, actor: str) -> Outcome:
         """Append the command's events (with its projections) and return the outcome."""
+        return await self.enqueue(command, actor)
+
+    def enqueue(self, command: Command, actor: str) -> asyncio.Future[Outcome]:
+        """Queue the command for the next batch: :meth:`execute` without awaiting it."""
         if self._task is None:
             raise LedgerUnavailable("the ledger writer is not running")
         # The writer's own loop (no running-loop look-up per command); the queue is unbounded.
         future: asyncio.Future[Outcome] = self._task.get_loop().create_future()
         self._queue.put_nowait(_Item(command, actor, future))
-        return await future
+        return future
 
     async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
         """Execute ``commands`` in order as if one after another, but in one transaction

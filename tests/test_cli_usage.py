@@ -90,6 +90,13 @@ def _workers_of(pid: int) -> list[int]:
             if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text()]
 
 
+def _relay_socket_of(pid: int) -> str:
+    """The ledger relay socket worker ``pid`` was told to write through."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    relay = next(item for item in environ if item.startswith(b"SVC_LEDGER_RELAY="))
+    return relay.decode().partition("@")[2]
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
@@ -128,6 +135,9 @@ def _serve_then_stop(tmp_path: Path, stop: signal.Signals, workers: int) -> None
         assert _embedded_postgres_running(tmp_path / "data")
         spawned = _workers_of(process.pid)
         assert len(spawned) == (workers if workers > 1 else 0)
+        relays = {_relay_socket_of(pid) for pid in spawned}
+        assert len(relays) == (1 if workers > 1 else 0)  # every worker writes through one
+        assert all(Path(socket).is_socket() for socket in relays)
         if pids.exists():  # the database was started by the supervisor alone, once
             assert json.loads(pids.read_text()) == [process.pid]
         process.send_signal(stop)
@@ -136,6 +146,7 @@ def _serve_then_stop(tmp_path: Path, stop: signal.Signals, workers: int) -> None
         if process.poll() is None:
             process.kill()
     assert not any(_alive(pid) for pid in spawned)
+    assert not any(Path(socket).parent.exists() for socket in relays)
     deadline = time.monotonic() + 15
     while _embedded_postgres_running(tmp_path / "data") and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -54,7 +54,7 @@ from ledger.task import (
     after_materialization_failure,
     used_key,
 )
-from ledger.writer import LedgerWriter, Outcome
+from ledger.writer import Outcome, Writer
 from projections import orchestration_queries as oq
 from projections.orchestration_queries import JobIdentity
 from runner_assembly.assembly.capability import startup_record
@@ -116,7 +116,7 @@ class TaskFacts:
 class Dispatcher:
     """Creates and tracks runner jobs for attempts."""
 
-    def __init__(self, pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: LedgerWriter,
+    def __init__(self, pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: Writer,
                  driver: RunnerDriver, settings: RunnerSettings) -> None:
         self.pool = pool
         self.fence_pool = fence_pool

@@ -12,7 +12,7 @@ from ledger.errors import NotFound
 from ledger.intake import payload_hash
 from ledger.states import AttemptStatus, FailureKind, JobState
 from ledger.task import CancelTask, RecordJudge, SubmitTask, TaskCommand
-from ledger.writer import LedgerWriter, Outcome
+from ledger.writer import Outcome, Writer
 from projections import queries
 from runner_assembly.assembly.capability import work_ready_summary
 from runner_assembly.orchestration.dispatch import Dispatcher
@@ -38,7 +38,7 @@ class QueueService:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
         self.pool = dispatcher.pool
-        self.writer: LedgerWriter = dispatcher.writer
+        self.writer: Writer = dispatcher.writer
 
     async def submit(self, command: SubmitTask, dry_run: bool) -> Preview | Outcome:
         """Store a submitted task, or find the one its idempotency key stored (an outcome

@@ -32,7 +32,7 @@ from ledger.runner_job import (
 )
 from ledger.states import FailureKind, JobState
 from ledger.streams import RUNNER_JOB_STREAM
-from ledger.writer import LedgerWriter
+from ledger.writer import Writer
 from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
 from runner_assembly.orchestration.session_turns import folded
 
@@ -74,7 +74,7 @@ def new_token(runner_job_id: str, *, session_id: str, run_id: str, task_id: str 
 class RunnerProtocol:
     """Receives what runners report; answers a job's status from those reports."""
 
-    def __init__(self, pool: asyncpg.Pool, writer: LedgerWriter, driver: RunnerDriver,
+    def __init__(self, pool: asyncpg.Pool, writer: Writer, driver: RunnerDriver,
                  lease_s: float, start_s: float = 0.0) -> None:
         """``start_s``: how much longer a job may stay silent while the driver shows one of
         its containers being started (``SVC_RUNNER_START_S``)."""

@@ -31,7 +31,7 @@ from ledger.session import (
 )
 from ledger.states import StorageKind, TurnStatus, turn_status_of
 from ledger.streams import SESSION_STREAM, StreamKind
-from ledger.writer import LedgerWriter
+from ledger.writer import Writer
 from projections import orchestration_queries as oq
 from projections.session_summary import SessionRow, expires_after
 from runner_assembly.assembly.resolve import Resolver
@@ -69,7 +69,7 @@ class SessionTurns:
 
     pool: asyncpg.Pool
     fence_pool: asyncpg.Pool
-    writer: LedgerWriter
+    writer: Writer
     driver: RunnerDriver
     settings: RunnerSettings
     resolver: Resolver
