@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import hmac
+import logging
 import os
 import pickle
 import secrets
@@ -41,12 +42,14 @@ from ledger.errors import CommitUnknown
 from ledger.streams import Command, RecordedEntry
 from ledger.writer import LedgerWriter, Outcome
 
+_log = logging.getLogger("svc.relay")
 ADDRESS_ENV = "SVC_LEDGER_RELAY"
 """Where the host listens, ``<token hex>@<socket path>``: set by ``svc serve`` for its
 workers."""
 _HEADER = struct.Struct(">I")
-MAX_FRAME = 64 * 1024 * 1024
-"""A frame is one request (at most a request body's commands) or its answer."""
+TOKEN_FRAME_MAX = 1024
+"""The longest first frame a host reads (the token is 32 bytes); what an authenticated
+worker sends after it is not limited."""
 RECONNECT_S = 1.0
 """How long a worker that lost the host writes through its own writer before trying again."""
 LOST = ("the ledger writer process was lost while committing: the change may or may not be "
@@ -76,6 +79,9 @@ class _Framed(asyncio.Protocol):
     """Length-prefixed frames both ways; what is sent in one turn of the loop leaves in one
     write."""
 
+    max_frame: int | None = None
+    """Frames longer than this close the connection (None: no limit)."""
+
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._incoming = bytearray()
@@ -90,7 +96,7 @@ class _Framed(asyncio.Protocol):
         offset = 0
         while len(buffer) - offset >= _HEADER.size and not self.closing():
             (size,) = _HEADER.unpack_from(buffer, offset)
-            if size > MAX_FRAME:
+            if self.max_frame is not None and size > self.max_frame:
                 self.close()
                 return
             end = offset + _HEADER.size + size
@@ -153,11 +159,15 @@ class _HostSide(_Framed):
         self._writer = writer
         self._token = token
         self._trusted = False
+        self._grouped: set[asyncio.Future[Any]] = set()
+        self.max_frame = TOKEN_FRAME_MAX
 
     def frame_received(self, frame: bytes) -> None:
         if not self._trusted:
             self._trusted = hmac.compare_digest(frame, self._token)
-            if not self._trusted:
+            if self._trusted:
+                self.max_frame = None
+            else:
                 self.close()
             return
         request_id, actor, commands, grouped = pickle.loads(frame)
@@ -165,6 +175,8 @@ class _HostSide(_Framed):
         try:
             if grouped:
                 answer = asyncio.ensure_future(self._writer.execute_all(commands, actor))
+                self._grouped.add(answer)  # a task only the loop refers to may be collected
+                answer.add_done_callback(self._grouped.discard)
             else:
                 answer = self._writer.enqueue(commands[0], actor)
         except Exception as error:
@@ -352,7 +364,10 @@ class RelayHost:
             import uvloop
 
             uvloop.run(self._serve())
-        except BaseException as error:  # reported by start() when it never got ready
+        except BaseException as error:  # start() raises it; once serving, it is logged
+            if self._ready.is_set():
+                _log.error("the ledger relay stopped; each worker writes through its own "
+                           "ledger writer", exc_info=error)
             self._failure = error
             self._ready.set()
 

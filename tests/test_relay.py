@@ -176,6 +176,15 @@ async def test_nothing_is_unpickled_before_the_token(host: RelayHost, tmp_path: 
     assert not planted.exists()
 
 
+async def test_an_oversized_first_frame_is_refused_unread(host: RelayHost) -> None:
+    reader, writer = await asyncio.open_unix_connection(host.address.path)
+    writer.write(struct.pack(">I", 1 << 30))  # announces a gigabyte before any token
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+
+
 def test_the_socket_is_only_for_this_user_and_gone_once_stopped(database_url: str) -> None:
     relay = RelayHost(functools.partial(relay_writer, database_url))
     socket = Path(relay.start().path)
