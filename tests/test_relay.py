@@ -143,8 +143,8 @@ async def test_a_host_lost_in_flight_answers_commit_unknown_then_the_worker_goes
     try:
         in_flight = asyncio.ensure_future(worker.writer.execute(_submit(), "test"))
         for _ in range(200):
-            if await blocker.fetchval("SELECT count(*) FROM pg_stat_activity WHERE "
-                                      "wait_event_type = 'Lock' AND query LIKE '%ledger_advance%'"):
+            if await blocker.fetchval("SELECT count(*) FROM pg_stat_activity "
+                                      "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"):
                 break
             await asyncio.sleep(0.05)
         else:
