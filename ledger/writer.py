@@ -56,6 +56,11 @@ class Writer(Protocol):
 MAX_CONFLICT_RETRIES = 3
 PIPELINED = 2
 """Batches of fresh tasks one writer has in flight at once."""
+GATHER_SHARE = 0.5
+"""While a batch commits, the next one gathers commands until this share of a commit's
+usual time has passed since it started (or it ended): not a batch of one at once."""
+COMMIT_TIME_WEIGHT = 0.2
+"""The weight of the newest commit in the moving average of commit times."""
 OPTIMISTIC_TRIES = 3
 """Commits of one batch after a head that another process moved first, before the batch is
 decided under the head lock instead."""
@@ -146,6 +151,10 @@ class LedgerWriter:
         self._clock = clock
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._commit_s = 0.0
+        """How long a batch usually takes to commit (a moving average, seconds)."""
+        self._last_start = 0.0
+        """When the newest batch in flight started (the loop's clock)."""
         self._head: store.Head | None = None
         """The head this writer last committed or read: what it decides the next batch
         after, until a commit shows that another process moved it."""
@@ -216,11 +225,20 @@ class LedgerWriter:
         """Take what is queued as a batch and commit it. Batches of fresh tasks, which
         Postgres numbers where the head is, overlap (up to :data:`PIPELINED`): the next one
         waits at the head row inside Postgres, not for this process to come round. Any
-        other batch waits until every earlier one has ended, and runs alone."""
+        other batch waits until every earlier one has ended, and runs alone. While one is
+        committing, the next gathers for up to half a usual commit (:data:`GATHER_SHARE`):
+        sent at once it would hold the head row for a whole commit with one command."""
         in_flight: set[asyncio.Task[None]] = set()
+        batch: list[_Item] = []
         try:
             while True:
                 batch = [await self._queue.get()]
+                if in_flight:  # gather while the batch ahead commits, not a batch of one
+                    gathered = self._last_start + GATHER_SHARE * self._commit_s
+                    wait = gathered - asyncio.get_running_loop().time()
+                    if wait > 0:
+                        await asyncio.wait(in_flight, timeout=wait,
+                                           return_when=asyncio.FIRST_COMPLETED)
                 while len(batch) < self._max_batch and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
                 overlaps = all(item.after is None
@@ -229,17 +247,23 @@ class LedgerWriter:
                 while in_flight and (not overlaps or len(in_flight) >= PIPELINED):
                     await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 task = asyncio.create_task(self._commit(batch))
+                self._last_start, batch = asyncio.get_running_loop().time(), []
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
         finally:
+            for item in batch:  # taken, never sent: nothing of it changed
+                _fail(item, LedgerUnavailable("the service is shutting down"))
             for task in in_flight:  # stopped: the batches in flight may commit or not
                 task.cancel()
             if in_flight:
                 await asyncio.wait(in_flight)
 
     async def _commit(self, batch: list[_Item]) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             await self._commit_batch(batch)
+            self._commit_s += COMMIT_TIME_WEIGHT * (loop.time() - started - self._commit_s)
         except asyncio.CancelledError:
             for item in batch:
                 _fail(item, CommitUnknown("the service stopped while committing: the change "
