@@ -283,6 +283,7 @@ def _submit_with_poller(base: str, url: str, seconds: int, *,
                           script="submit.lua")
     ours1 = (tools.wrk(f"{base}/api/v1/queue/tasks", clients=1, seconds=seconds,
                        script="submit.lua")[0] if one_client else 0.0)
+    asyncio.run(_settled(url))  # wrk leaves requests in flight: they still commit
     poller.stop()
     final = asyncio.run(_versions(url))
     missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
@@ -362,6 +363,21 @@ async def _dispatch_latencies(base: str, jobs: Path,
 
             retries += await asyncio.gather(*(one() for _ in range(50)))
     return created, started, retries
+
+
+async def _settled(url: str, quiet_s: float = 0.3) -> None:
+    """Return once the ledger head has not moved for ``quiet_s``: the requests ``wrk`` left
+    in flight have committed, so the poller's drain can see every one of them."""
+    conn = await asyncpg.connect(url)
+    try:
+        head, quiet_since = None, time.monotonic()
+        while time.monotonic() - quiet_since < quiet_s:
+            now = await conn.fetchval("SELECT last_seq FROM ledger_head")
+            if now != head:
+                head, quiet_since = now, time.monotonic()
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
 
 
 async def _versions(url: str) -> dict[str, int]:
