@@ -177,15 +177,13 @@ def supervise_with_relay(url: str, **options: Unpack[ServeOptions]) -> bool:
 
     host = RelayHost(functools.partial(relay_writer, url))
     try:
-        os.environ[ADDRESS_ENV] = host.start().encode()
-    except Exception as error:  # the workers can do without it, and will say what is wrong
-        host.stop()
-        render.warn(f"the ledger relay did not start ({type(error).__name__}: {error}); each "
-                    "worker writes through its own ledger writer")
+        try:
+            os.environ[ADDRESS_ENV] = host.start().encode()
+        except Exception as error:  # the workers can do without it, and will say what is wrong
+            render.warn(f"the ledger relay did not start ({type(error).__name__}: {error}); "
+                        "each worker writes through its own ledger writer")
         return supervise(WORKER_APP, **options)
-    try:
-        return supervise(WORKER_APP, **options)
-    finally:
+    finally:  # also on SIGTERM or Ctrl-C, even during the relay's start
         host.stop()
 
 

@@ -133,15 +133,33 @@ class _Framed(asyncio.Protocol):
             self._transport.close()
 
 
-def _portable(error: BaseException) -> tuple[type[BaseException], tuple[Any, ...], dict[str, Any]]:
-    """An error as its class, arguments and attributes (rebuilt without calling its
-    ``__init__``, whose signature may not take its own ``args`` back)."""
-    return type(error), error.args, dict(vars(error))
+_ANSWER = struct.Struct(">QB")
+"""What precedes an answer's pickle: its request number, and whether it is an outcome (1)
+or an error (0); a worker that cannot unpickle the rest still knows whom to tell."""
 
 
-def _rebuilt(spec: tuple[type[BaseException], tuple[Any, ...], dict[str, Any]]) -> BaseException:
-    cls, args, attributes = spec
-    error = cls.__new__(cls)
+def _error_payload(error: BaseException) -> bytes:
+    """``error`` as a pickle the worker rebuilds with the same class, arguments and
+    attributes: the error itself when it survives pickling (``OSError`` keeps its
+    ``errno``), else its parts (a ``DomainError`` whose ``__init__`` cannot take its own
+    ``args`` back), else a ``RuntimeError`` naming it."""
+    with contextlib.suppress(Exception):
+        payload = _dumps(error)
+        pickle.loads(payload)
+        return payload
+    with contextlib.suppress(Exception):
+        payload = _dumps((type(error), error.args, dict(vars(error))))
+        _rebuilt(pickle.loads(payload))
+        return payload
+    return _dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+
+
+def _rebuilt(value: Any) -> BaseException:
+    """The error an error payload holds."""
+    if isinstance(value, BaseException):
+        return value
+    cls, args, attributes = value
+    error: BaseException = cls.__new__(cls)
     error.args = args
     vars(error).update(attributes)
     return error
@@ -193,12 +211,13 @@ class _HostSide(_Framed):
             self._answer(request_id, answer.result(), None)
 
     def _answer(self, request_id: int, result: object, error: BaseException | None) -> None:
-        try:
-            frame = _dumps((request_id, True, result) if error is None
-                           else (request_id, False, _portable(error)))
-        except Exception:  # never expected: the worker must not think nothing happened
-            frame = _dumps((request_id, False, _portable(CommitUnknown(LOST))))
-        self.send_frame(frame)
+        if error is None:
+            try:
+                self.send_frame(_ANSWER.pack(request_id, 1) + _dumps(result))
+                return
+            except Exception:  # never expected: the worker must not think nothing happened
+                error = CommitUnknown(LOST)
+        self.send_frame(_ANSWER.pack(request_id, 0) + _error_payload(error))
 
 
 class _WorkerSide(_Framed):
@@ -221,6 +240,8 @@ class _WorkerSide(_Framed):
                 ) -> asyncio.Future[Any]:
         """Send the commands; the future answers what the host's writer answered. Raises
         (sending nothing) when they cannot be pickled."""
+        if self.lost or self.closing():
+            raise ConnectionResetError("the ledger relay connection is closed")
         request_id = next(self._numbers)
         frame = _dumps((request_id, actor, list(commands), grouped))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -229,18 +250,27 @@ class _WorkerSide(_Framed):
         return future
 
     def frame_received(self, frame: bytes) -> None:
-        request_id, ok, value = pickle.loads(frame)
+        request_id, ok = _ANSWER.unpack_from(frame)
         future = self._pending.pop(request_id, None)
         if future is None or future.done():
             return
-        if not ok:
-            future.set_exception(_rebuilt(value))
+        try:
+            value = pickle.loads(memoryview(frame)[_ANSWER.size:])
+            if not ok:
+                future.set_exception(_rebuilt(value))
+                return
+        except Exception:  # an answer this process cannot read: what happened is unknown
+            _log.exception("unreadable answer from the ledger relay")
+            future.set_exception(CommitUnknown(LOST))
             return
         future.set_result(value)
         if self._on_commit is not None:
-            for outcome in value if isinstance(value, list) else [value]:
-                if outcome.entries:
-                    self._on_commit(outcome.entries)
+            try:
+                for outcome in value if isinstance(value, list) else [value]:
+                    if outcome.entries:
+                        self._on_commit(outcome.entries)
+            except Exception:  # metrics only: the answer stands
+                _log.exception("counting relayed entries failed")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -261,6 +291,7 @@ class RelayedWriter:
         self._on_commit = on_commit
         self._side: _WorkerSide | None = None
         self._retry_at = 0.0
+        self._closed = False
 
     async def start(self) -> None:
         """Start the local writer and connect to the host."""
@@ -270,6 +301,7 @@ class RelayedWriter:
     async def close(self) -> None:
         """Disconnect (commands in flight there answer commit-unknown) and stop the local
         writer."""
+        self._closed = True
         if self._side is not None:
             self._side.close()
             self._side = None
@@ -304,8 +336,8 @@ class RelayedWriter:
             return None
         try:
             return side.request(actor, commands, grouped=grouped)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            return None
+        except (pickle.PicklingError, TypeError, AttributeError, ConnectionError):
+            return None  # nothing was sent
 
     async def _reach(self) -> _WorkerSide | None:
         """The host connection; a lost one is re-tried at most every :data:`RECONNECT_S`."""
@@ -313,7 +345,7 @@ class RelayedWriter:
         if side is not None and not side.lost:
             return side
         self._side = None
-        if time.monotonic() < self._retry_at:
+        if self._closed or time.monotonic() < self._retry_at:
             return None
         self._retry_at = time.monotonic() + RECONNECT_S
         loop = asyncio.get_running_loop()
@@ -321,6 +353,8 @@ class RelayedWriter:
             _, side = await loop.create_unix_connection(
                 lambda: _WorkerSide(self._address.token, self._on_commit), self._address.path)
         except OSError:
+            return None
+        if side.lost:  # the host closed it before this turn came round
             return None
         self._side = side
         return side
@@ -337,6 +371,7 @@ class RelayHost:
         self.address = RelayAddress(str(self._directory / "writer.sock"),
                                     secrets.token_bytes(32))
         self._ready = threading.Event()
+        self._stopping = threading.Event()
         self._failure: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -353,6 +388,7 @@ class RelayHost:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving (after the workers stopped) and remove the socket's directory."""
+        self._stopping.set()  # seen by a thread that has not made its loop yet
         if self._loop is not None and self._stop is not None:
             with contextlib.suppress(RuntimeError):  # its loop already ended
                 self._loop.call_soon_threadsafe(self._stop.set)
@@ -381,6 +417,7 @@ class RelayHost:
                     lambda: _HostSide(writer, self.address.token), self.address.path)
                 self._ready.set()
                 async with server:
-                    await self._stop.wait()
+                    if not self._stopping.is_set():
+                        await self._stop.wait()
             finally:
                 await writer.close()

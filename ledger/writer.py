@@ -263,7 +263,9 @@ class LedgerWriter:
         started = loop.time()
         try:
             await self._commit_batch(batch)
-            self._commit_s += COMMIT_TIME_WEIGHT * (loop.time() - started - self._commit_s)
+            took = loop.time() - started
+            self._commit_s += (COMMIT_TIME_WEIGHT if self._commit_s else 1.0) * (
+                took - self._commit_s)  # the first commit seeds the average
         except asyncio.CancelledError:
             for item in batch:
                 _fail(item, CommitUnknown("the service stopped while committing: the change "

@@ -22,8 +22,8 @@ import pytest
 from api.app import relay_writer
 from ledger import intake
 from ledger.database import create_pool
-from ledger.errors import CommitUnknown, DomainError, NotFound
-from ledger.relay import RelayAddress, RelayedWriter, RelayHost
+from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, NotFound, Refused
+from ledger.relay import RelayAddress, RelayedWriter, RelayHost, _error_payload, _rebuilt
 from ledger.states import TaskStatus
 from ledger.streams import RecordedEntry
 from ledger.task import CancelTask, SubmitTask
@@ -155,8 +155,75 @@ async def test_a_host_lost_in_flight_answers_commit_unknown_then_the_worker_goes
     finally:
         await blocked.rollback()
         await blocker.close()
-    after = await worker.writer.execute(_submit(), "test")  # the host is gone: its own writer
+    # the host is gone: its own writer
+    after = await asyncio.wait_for(worker.writer.execute(_submit(), "test"), 30)
     assert after.change_seq is not None and worker.wrote_itself()
+
+
+async def _fake_host(path: str, answer: Callable[[bytes], bytes | None]
+                     ) -> asyncio.AbstractServer:
+    """A host that reads the token and one request, then writes ``answer(request)`` (a
+    frame's payload) or, given None, closes the connection."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            size = struct.unpack(">I", await reader.readexactly(4))[0]
+            request = await reader.readexactly(size)
+        reply = answer(request)
+        if reply is not None:
+            writer.write(struct.pack(">I", len(reply)) + reply)
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_unix_server(serve, path)
+
+
+@pytest.mark.parametrize("answer", [
+    lambda request: None,  # the host's process died with the command
+    lambda request: struct.pack(">QB", pickle.loads(request)[0], 1) + b"not a pickle",
+], ids=["connection-lost", "unreadable-answer"])
+async def test_an_answer_lost_or_unreadable_is_commit_unknown_never_a_hang(
+        tmp_path: Path, worker_of: MakeWorker, monkeypatch: pytest.MonkeyPatch,
+        answer: Callable[[bytes], bytes | None]) -> None:
+    monkeypatch.setattr("ledger.relay.RECONNECT_S", 3600.0)
+    address = RelayAddress(str(tmp_path / "fake.sock"), os.urandom(32))
+    server = await _fake_host(address.path, answer)
+    try:
+        worker = await worker_of(address)
+        with pytest.raises(CommitUnknown):
+            await asyncio.wait_for(worker.writer.execute(_submit(), "test"), 10)
+        if answer(pickle.dumps((1,))) is None:  # lost: the worker writes for itself now
+            after = await asyncio.wait_for(worker.writer.execute(_submit(), "test"), 30)
+            assert after.change_seq is not None and worker.wrote_itself()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("error", [
+    NotFound("task tsk_x not found", taskId="tsk_x"),
+    Refused("secret-unavailable", "the profile's secret is missing", profile="profile-1"),
+    OSError(2, "No such file or directory", "f"),
+    ExceptionGroup("two", [ValueError("a"), KeyError("b")]),
+], ids=["domain", "refused", "oserror", "group"])
+def test_an_error_crosses_with_its_class_arguments_and_attributes(
+        error: BaseException) -> None:
+    crossed = _rebuilt(pickle.loads(_error_payload(error)))
+    assert type(crossed) is type(error) and repr(crossed) == repr(error)
+    assert str(crossed) == str(error) and vars(crossed) == vars(error)
+
+
+def test_an_error_that_cannot_cross_is_named() -> None:
+    local = type("Unpicklable", (Exception,), {})("lost in transit")
+    crossed = _rebuilt(pickle.loads(_error_payload(local)))
+    assert isinstance(crossed, RuntimeError) and str(crossed) == "Unpicklable: lost in transit"
+
+
+async def test_a_closed_worker_writer_stays_closed(host: RelayHost, worker_of: MakeWorker
+                                                   ) -> None:
+    worker = await worker_of(host.address)
+    await worker.writer.close()
+    with pytest.raises(LedgerUnavailable):
+        await asyncio.wait_for(worker.writer.execute(_submit(), "test"), 10)
 
 
 async def test_nothing_is_unpickled_before_the_token(host: RelayHost, tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ async def test_commands_arriving_while_a_batch_commits_gather_into_one(
     writer = LedgerWriter(pool, plan_projection, on_commit=batches.append)
     await writer.start()
     try:
-        for _ in range(3):  # commits that take ~150 ms: half of that is the gathering time
+        for _ in range(3):  # commits that take ~150 ms: about half of it to gather in
             async with _head_held(database_url) as holder:
                 one = _submit(writer)
                 await _until_blocked(holder)
