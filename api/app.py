@@ -145,8 +145,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         # Reads and short transactions leave no session state (advisory locks are taken on
         # the fence pool only): no reset round trip when a read connection is released.
         pool = await create_pool(database_url, max_size=pool_size, transactions_only=True)
-        writer_pool = await create_pool(database_url, min_size=1, max_size=3,
-                                        transactions_only=True, generic_plans=True)
+        writer_pool = await _writer_pool(database_url)
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
         def count(entries: list[RecordedEntry]) -> None:
             observed.appends.inc(len(entries))
@@ -188,9 +187,14 @@ def create_app(database_url: str, *, pool_size: int = 10,
 async def relay_writer(database_url: str) -> AsyncIterator[LedgerWriter]:
     """The writer the ledger relay of ``svc serve --workers N`` serves every worker with
     (:class:`ledger.relay.RelayHost`), on a pool of its own."""
-    pool = await create_pool(database_url, min_size=1, max_size=3, transactions_only=True,
-                             generic_plans=True)
+    pool = await _writer_pool(database_url)
     try:
         yield LedgerWriter(pool, plan_projection)
     finally:
         await pool.close()
+
+
+async def _writer_pool(database_url: str) -> asyncpg.Pool:
+    """A ledger writer's pool: small, transactions only, its fixed statements planned once."""
+    return await create_pool(database_url, min_size=1, max_size=3, transactions_only=True,
+                             generic_plans=True)

@@ -47,6 +47,9 @@ ADDRESS_ENV = "SVC_LEDGER_RELAY"
 """Where the host listens, ``<token hex>@<socket path>``: set by ``svc serve`` for its
 workers."""
 _HEADER = struct.Struct(">I")
+_ANSWER = struct.Struct(">QB")
+"""What precedes an answer's pickle: its request number, and whether it is an outcome (1)
+or an error (0); a worker that cannot unpickle the rest still knows whom to tell."""
 TOKEN_FRAME_MAX = 1024
 """The longest first frame a host reads (the token is 32 bytes); what an authenticated
 worker sends after it is not limited."""
@@ -54,6 +57,10 @@ RECONNECT_S = 1.0
 """How long a worker that lost the host writes through its own writer before trying again."""
 LOST = ("the ledger writer process was lost while committing: the change may or may not be "
         "stored; retry with the same idempotency key")
+
+
+def _dumps(value: object) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @dataclass(frozen=True)
@@ -133,11 +140,6 @@ class _Framed(asyncio.Protocol):
             self._transport.close()
 
 
-_ANSWER = struct.Struct(">QB")
-"""What precedes an answer's pickle: its request number, and whether it is an outcome (1)
-or an error (0); a worker that cannot unpickle the rest still knows whom to tell."""
-
-
 def _error_payload(error: BaseException) -> bytes:
     """``error`` as a pickle the worker rebuilds with the same class, arguments and
     attributes: the error itself when it survives pickling (``OSError`` keeps its
@@ -163,10 +165,6 @@ def _rebuilt(value: Any) -> BaseException:
     error.args = args
     vars(error).update(attributes)
     return error
-
-
-def _dumps(value: object) -> bytes:
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class _HostSide(_Framed):
