@@ -120,6 +120,12 @@ def resolve_database_urls() -> DatabaseUrls:
     return DatabaseUrls(app=with_user(owner, APP_LOGIN), owner=owner, server=server)
 
 
+MAX_CACHED_STATEMENT = 128 * 1024
+"""The largest statement text a writer's connection keeps prepared (asyncpg's default is
+15 KiB): a batch's one statement grows with the kinds of projection rows it writes, and one
+left out of the cache is parsed and planned again at every commit."""
+
+
 async def _transactions_only(conn: asyncpg.Connection) -> None:
     """No reset query on release: asyncpg has already ended any open transaction, and a
     pool used only for transactions leaves no session state (locks, settings, cursors)."""
@@ -140,6 +146,7 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
     cache = 0 if os.environ.get("SVC_PGBOUNCER") == "1" else 100
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, statement_cache_size=cache,
+        max_cacheable_statement_size=MAX_CACHED_STATEMENT if generic_plans else 15 * 1024,
         reset=_transactions_only if transactions_only else None,
         server_settings={"plan_cache_mode": "auto" if generic_plans else "force_custom_plan",
                          "application_name": "svc"},
