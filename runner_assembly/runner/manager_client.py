@@ -3,15 +3,18 @@
 The same program talks to the local API (local driver) or the manager's Service (pod). Every
 request carries the job's bearer token; transient failures (no connection, 5xx) are retried
 with the same body, which the manager accepts once (claims by claimant, lines by ``seq``).
+Each thread of the runner (its main thread, the heartbeats, the line shipper) keeps one
+keep-alive connection: a job's reports do not each open a connection of their own.
 """
 
 from __future__ import annotations
 
 import encodings.idna  # noqa: F401  http.client encodes the host with it at the first request
+import http.client
 import json
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Mapping
 
 RETRY_FOR_S = 120.0
@@ -33,10 +36,14 @@ class ManagerClient:
 
     def __init__(self, base_url: str, runner_job_id: str, token: str,
                  retry_for_s: float = RETRY_FOR_S) -> None:
-        self.base = base_url.rstrip("/")
+        parts = urllib.parse.urlsplit(base_url.rstrip("/"))
+        self._https = parts.scheme == "https"
+        self._netloc = parts.netloc
+        self._prefix = parts.path
         self.job = runner_job_id
         self.token = token
         self.retry_for_s = retry_for_s
+        self._local = threading.local()
 
     def post(self, path: str, body: Mapping[str, object]) -> dict[str, object]:
         """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
@@ -44,24 +51,60 @@ class ManagerClient:
         deadline = time.monotonic() + self.retry_for_s
         pause = 0.1
         while True:
-            request = urllib.request.Request(
-                self.base + path, data=data, method="POST",
-                headers={"Authorization": f"Bearer {self.token}",
-                         "Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-                    text = answer.read()
+                status, text = self._exchange(self._prefix + path, data)
+                if status < 300:
                     value = json.loads(text) if text else {}
                     return value if isinstance(value, dict) else {}
-            except urllib.error.HTTPError as error:
-                if error.code < 500:
-                    raise ManagerRefused(error.code, _code(error.read())) from None
-            except (urllib.error.URLError, OSError, ValueError):
+                if status < 500:
+                    raise ManagerRefused(status, _code(text))
+            except (http.client.HTTPException, OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
                 raise ManagerRefused(0, "manager-unreachable")
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
+
+    def _exchange(self, target: str, data: bytes) -> tuple[int, bytes]:
+        """One request on this thread's connection: its status and body. A kept connection
+        the manager has closed meanwhile (its keep-alive timeout) is opened again at once."""
+        for attempt in (1, 2):
+            connection = self._connection()
+            reused = connection.sock is not None
+            try:
+                connection.request("POST", target, body=data, headers={
+                    "Authorization": f"Bearer {self.token}",
+                    "Content-Type": "application/json"})
+                answer = connection.getresponse()
+                text = answer.read()
+            except (http.client.HTTPException, OSError):
+                self._drop()
+                if reused and attempt == 1:
+                    continue
+                raise
+            if answer.will_close:
+                self._drop()
+            return answer.status, text
+        raise AssertionError("unreachable")
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection",
+                                                                None)
+        if connection is None:
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            connection = kind(self._netloc, timeout=TIMEOUT_S)
+            self._local.connection = connection
+        return connection
+
+    def _drop(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        """Close the calling thread's connection."""
+        self._drop()
 
     def _job(self, message: str, body: Mapping[str, object]) -> dict[str, object]:
         return self.post(f"/api/v1/runner/jobs/{self.job}/{message}", body)
