@@ -15,18 +15,21 @@ collections never touch, and copy, the pages it shares with the forkserver. The 
 becomes exactly what a freshly started runner is: a new session, ``/dev/null`` as standard
 input, ``runner.log`` as standard output and error, no other descriptor, the job directory as
 working directory and ``HOME``, default ``SIGCHLD``; then it runs
-:func:`runner_assembly.runner.local.main` and exits through the interpreter's normal exit.
+:func:`runner_assembly.runner.local.main` and ends with ``os._exit`` (no interpreter teardown).
 It holds no secret and no job state: a job's token, secrets and masks are read by its child
 only. At end of input (the server closed the pipe or died) it exits; runners it forked run on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import signal
 import sys
+import traceback
+from typing import NoReturn
 
 from runner_assembly.runner import local, startup
 
@@ -50,8 +53,36 @@ def _become_runner(folder: str, session_made: int) -> None:
     os.environ["HOME"] = folder
 
 
-def serve() -> int | None:
-    """Fork a runner per request; None at end of input, a child's exit code in the child."""
+def _run(args: list[str]) -> int:
+    """The runner's exit code, as the interpreter would make it of ``sys.exit`` or an
+    uncaught exception (its traceback goes to ``runner.log``)."""
+    try:
+        return local.main(args)
+    except SystemExit as leaving:
+        code = leaving.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def _leave(code: int) -> NoReturn:
+    """End a forked runner without the interpreter's teardown: freeing every object it
+    shares with the forkserver would write to, and so copy, each of those pages, and
+    collect them, for nothing (``multiprocessing`` ends its forked children alike). Its
+    threads (heartbeats, line shipper) have stopped; only the standard streams hold
+    buffered output."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def serve() -> None:
+    """Fork a runner per request until end of input (a forked runner never returns)."""
     startup.warm()
     gc.freeze()  # what the runners share stays out of their collections: fewer copied pages
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
@@ -72,7 +103,7 @@ def serve() -> int | None:
         if pid == 0:
             os.close(waiting)
             _become_runner(request["folder"], session_made)
-            return local.main(request["args"])
+            _leave(_run(request["args"]))
         os.close(session_made)
         if pid > 0:  # end of file once the child ran setsid (or died before it)
             while os.read(waiting, 1):
@@ -80,10 +111,9 @@ def serve() -> int | None:
         os.close(waiting)
         answers.write(b"%d\n" % max(pid, 0))
         answers.flush()
-    return None
 
 
 def main() -> int:
-    """Entry point: serve until end of input (0), or, in a forked runner, its exit code."""
-    code = serve()
-    return 0 if code is None else code
+    """Entry point: serve until end of input (0); a forked runner leaves from :func:`serve`."""
+    serve()
+    return 0
