@@ -20,7 +20,6 @@ Prompt lines it obeys (anything else is echoed):
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -99,6 +98,8 @@ def main() -> int:
         print(f"line {number + 1}", flush=bool(pace))
         time.sleep(pace)
     for pattern in directives.get("read", "").split():
+        import glob  # only this directive globs: not imported at every start
+
         for path in glob.glob(pattern) or [pattern]:
             print(try_read(Path(path)))
     sys.stdout.flush()
