@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -55,7 +54,7 @@ def open_thread(home: Path, prompt: str) -> str | None:
         print(f"thread resumed: {resume} (turn {turns + 1})")
         thread = resume
     else:
-        thread = f"thr_{secrets.token_hex(8)}"
+        thread = f"thr_{os.urandom(8).hex()}"  # what secrets.token_hex does, without its imports
         rollouts.mkdir(parents=True, exist_ok=True)
         rollout = rollouts / f"{thread}.jsonl"
         print(f"thread started: {thread}")
