@@ -56,3 +56,54 @@ def test_a_hanging_forkserver_is_killed_after_the_short_timeout(
         assert server._process is None
     finally:
         server.close()
+
+
+def test_a_forked_runner_that_fails_leaves_its_traceback_and_ends(tmp_path: Path) -> None:
+    # A forked runner ends with os._exit (no interpreter teardown): what it printed before
+    # must still reach runner.log, and it must not linger.
+    server = forkserver.Forkserver(boot_command("forkserver"), tmp_path / "home",
+                                   tmp_path / "forkserver.log")
+    folder = tmp_path / "job"
+    folder.mkdir()  # no spec.json: the runner fails reading it
+    try:
+        pid = server.spawn(folder, runner_args(folder, str(tmp_path), None),
+                           {**ENV, "HOME": str(folder)})
+        assert pid is not None, (tmp_path / "forkserver.log").read_text()
+        deadline = time.monotonic() + 20
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(pid)
+    finally:
+        server.close()
+    log = (folder / "runner.log").read_text()
+    assert "Traceback" in log and "FileNotFoundError" in log and "spec.json" in log, log
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize(("ending", "code", "printed"), [
+    (None, 0, ""), (SystemExit(None), 0, ""), (SystemExit(3), 3, ""),
+    (SystemExit("stopped: no spec"), 1, "stopped: no spec"),
+    (RuntimeError("boom"), 1, "RuntimeError: boom"),
+])
+def test_a_runner_exit_code_is_what_the_interpreter_would_make_of_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    ending: BaseException | None, code: int, printed: str,
+) -> None:
+    from runner_assembly.runner import forkserver as child
+    from runner_assembly.runner import local
+
+    def main(args: list[str]) -> int:
+        if ending is not None:
+            raise ending
+        return 0
+
+    monkeypatch.setattr(local, "main", main)
+    assert child._run([]) == code
+    assert printed in capsys.readouterr().err

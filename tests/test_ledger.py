@@ -206,3 +206,23 @@ async def test_a_batch_of_submits_takes_one_round_trip(database_url: str) -> Non
     assert len(sent) <= 8
     report = await replay_report(database_url)
     assert report.ok, report
+
+
+async def test_a_writer_pool_keeps_even_a_long_batch_statement_prepared(
+        database_url: str) -> None:
+    # A dispatch's record batch is one statement of ~17 KiB; asyncpg keeps only statements
+    # up to 15 KiB prepared unless told otherwise, and one it does not keep is parsed and
+    # planned again at every commit.
+    long = "SELECT 1 AS one" + " " * (20 * 1024) + "-- padded past asyncpg's default"
+    for generic_plans, kept in ((True, True), (False, False)):
+        pool = await create_pool(database_url, min_size=1, max_size=1,
+                                 transactions_only=True, generic_plans=generic_plans)
+        try:
+            async with pool.acquire() as conn:
+                for _ in range(2):
+                    assert await conn.fetchval(long) == 1
+                prepared = await conn.fetchval(
+                    "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1", long)
+        finally:
+            await pool.close()
+        assert (prepared == 1) is kept, (generic_plans, prepared)
