@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from runner_assembly.runner import manager_client
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 
 
@@ -113,6 +115,19 @@ def test_a_connection_the_manager_closed_is_opened_again_without_a_pause() -> No
             client.lines("output", seq, [f"line {seq}"])
     assert [body["seq"] for _, _, body in server.requests] == [1, 2, 3], "each sent once"
     assert server.connections == 3
+
+
+def test_a_connection_idle_past_the_reuse_time_is_replaced_before_it_is_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manager_client, "REUSE_IDLE_S", 0.05)
+    with manager() as server:
+        client = client_of(server)
+        client.heartbeat()
+        client.heartbeat()  # at once: the same connection
+        time.sleep(0.2)
+        client.heartbeat()  # idle too long: a new one, no failed request first
+    assert len(server.requests) == 3
+    assert server.connections == 2
 
 
 def test_a_refusal_is_raised_with_its_code_and_not_retried() -> None:

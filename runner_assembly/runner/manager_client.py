@@ -20,6 +20,10 @@ from collections.abc import Mapping
 RETRY_FOR_S = 120.0
 """How long a report is retried while the manager cannot be reached (a restart)."""
 TIMEOUT_S = 30.0
+REUSE_IDLE_S = 2.0
+"""A kept connection idle longer than this is closed and a new one opened: the manager
+closes idle connections after its keep-alive time (``SVC_HTTP_KEEPALIVE_S``, 5 s by
+default), so a heartbeat every 10 s would otherwise find its connection gone."""
 
 
 class ManagerRefused(Exception):
@@ -67,7 +71,8 @@ class ManagerClient:
 
     def _exchange(self, target: str, data: bytes) -> tuple[int, bytes]:
         """One request on this thread's connection: its status and body. A kept connection
-        the manager has closed meanwhile (its keep-alive timeout) is opened again at once."""
+        the manager has closed meanwhile (a cap on connections, a restart) is opened again
+        at once."""
         for attempt in (1, 2):
             connection = self._connection()
             reused = connection.sock is not None
@@ -84,12 +89,17 @@ class ManagerClient:
                 raise
             if answer.will_close:
                 self._drop()
+            self._local.used = time.monotonic()
             return answer.status, text
         raise AssertionError("unreachable")
 
     def _connection(self) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection",
                                                                 None)
+        if connection is not None and \
+                time.monotonic() - getattr(self._local, "used", 0.0) > REUSE_IDLE_S:
+            self._drop()
+            connection = None
         if connection is None:
             kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
             connection = kind(self._netloc, timeout=TIMEOUT_S)
