@@ -102,6 +102,12 @@ def authorize(state: RunnerJobState | None, token_sha256: str) -> RunnerJobState
     return state
 
 
+def _exit_recorded(state: RunnerJobState | None, command: ReportExit) -> bool:
+    """Whether this exit report, from one of the job's tokens, is the one recorded."""
+    return state is not None and command.token_sha256 in state.token_hashes \
+        and state.exit == command.exit
+
+
 def decide(state: RunnerJobState | None,
            command: RunnerJobCommand) -> list[ev.RunnerJobEvent]:
     """Events for a runner-job command; repeated reports are no-ops."""
@@ -115,6 +121,8 @@ def decide(state: RunnerJobState | None,
         if state is None or state.ended is not None:
             return []
         return [ev.JobEnded(command.reason)]
+    if isinstance(command, ReportExit) and _exit_recorded(state, command):
+        return []  # the same report sent again (its answer was lost): already recorded
     job = authorize(state, command.token_sha256)
     if isinstance(command, ClaimJob):
         return [] if job.claimant is not None else [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -107,3 +108,17 @@ def test_a_runner_exit_code_is_what_the_interpreter_would_make_of_it(
     monkeypatch.setattr(local, "main", main)
     assert child._run([]) == code
     assert printed in capsys.readouterr().err
+
+
+def test_a_forked_runner_leaves_with_its_code_and_its_buffered_output(tmp_path: Path) -> None:
+    from runner_assembly.runner import forkserver as child
+
+    out = tmp_path / "runner.log"
+    pid = os.fork()
+    if pid == 0:  # the child: output still in a buffer when it leaves
+        sys.stdout = open(out, "w", buffering=8192)  # noqa: SIM115
+        print("written but not flushed")
+        child._leave(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert out.read_text() == "written but not flushed\n"

@@ -146,3 +146,11 @@ def test_an_unreachable_manager_is_reported_once_the_retry_time_is_over() -> Non
     with pytest.raises(ManagerRefused) as refused:
         client.heartbeat()
     assert refused.value.code == "manager-unreachable"
+
+
+@pytest.mark.parametrize("base", ["htps://127.0.0.1:9", "ftp://127.0.0.1", "127.0.0.1:9",
+                                  "http:///no-host", "http://127.0.0.1:9/?q=1"])
+def test_an_address_that_is_not_plain_http_or_https_is_refused_before_anything_is_sent(
+        base: str) -> None:
+    with pytest.raises(ValueError, match="http:// or https://"):
+        ManagerClient(base, "job_1", "tok")

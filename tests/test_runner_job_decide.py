@@ -49,8 +49,14 @@ def test_the_first_claim_wins_and_every_issued_token_counts_until_the_end() -> N
     exit_ = ReportExit("job_1", "h1", ev.JobExit("completed", 0))
     assert decide(state, exit_) == [ev.JobExited("completed", 0)]
     after = evolve(state, ev.JobExited("completed", 0))
+    assert decide(after, exit_) == [], "the same report resent (its answer lost) is a no-op"
+    assert decide(evolve(after, ev.JobEnded("finished")), exit_) == [], "also once ended"
     with pytest.raises(Unauthorized):
-        decide(after, exit_)
+        decide(after, ReportExit("job_1", "h1", ev.JobExit("failed", 1)))
+    with pytest.raises(Unauthorized):
+        decide(after, ReportExit("job_1", "other", ev.JobExit("completed", 0)))
+    with pytest.raises(Unauthorized):
+        decide(after, Heartbeat("job_1", "h1", "x"))
     ended = evolve(state, ev.JobEnded("cancelled"))
     with pytest.raises(Unauthorized):
         decide(ended, Heartbeat("job_1", "h1", "x"))

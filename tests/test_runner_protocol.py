@@ -111,6 +111,10 @@ async def test_a_token_speaks_for_its_own_live_job_only(
     ended = await client.post(f"{JOBS}/job_a/exit", json={"state": "completed", "exitCode": 0},
                               headers=auth(token_a))
     assert ended.status_code == 200, ended.text
+    resent = await client.post(f"{JOBS}/job_a/exit", json={"state": "completed", "exitCode": 0},
+                               headers=auth(token_a))
+    assert resent.status_code == 200, "the same exit sent again (its answer lost) is accepted"
+    assert (await events_of(database_url, "job_a")).count("job-exited") == 1
     for path, body in (("heartbeat", {}), ("lines", {"channel": "output", "seq": 1,
                                                      "lines": ["late"]}),
                        ("exit", {"state": "failed"})):

@@ -41,6 +41,10 @@ class ManagerClient:
     def __init__(self, base_url: str, runner_job_id: str, token: str,
                  retry_for_s: float = RETRY_FOR_S) -> None:
         parts = urllib.parse.urlsplit(base_url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+                or parts.fragment:
+            raise ValueError("the manager's address must be an http:// or https:// URL with "
+                             "a host and no query")  # never send the token anywhere else
         self._https = parts.scheme == "https"
         self._netloc = parts.netloc
         self._prefix = parts.path
