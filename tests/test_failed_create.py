@@ -72,8 +72,12 @@ def _gone(pid: int) -> bool:
     return False
 
 
-async def assert_no_backend_ran(settings: RunnerSettings, runner_job_id: str, pid: int) -> None:
-    """The runner the failed create started ends on its own, its claim refused."""
+async def assert_no_backend_ran(settings: RunnerSettings, database_url: str,
+                                runner_job_id: str, pid: int) -> None:
+    """The runner the failed create started ends on its own without starting a backend:
+    the manager ended the job right after the failed create, so the runner's claim is
+    refused, or, if the claim came first, its assembly event (which must be recorded
+    before the backend starts, SPEC 9) is."""
     deadline = time.monotonic() + 30
     while not _gone(pid):
         assert time.monotonic() < deadline, "the runner still runs"
@@ -84,11 +88,15 @@ async def assert_no_backend_ran(settings: RunnerSettings, runner_job_id: str, pi
     trace = folder / "trace.jsonl"
     kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()] \
         if trace.exists() else []
-    assert "backend-start" not in kinds and "runner-started" not in kinds
+    assert not {"assembled", "backend-start"} & set(kinds), kinds
+    events = await events_of(database_url, runner_job_id)
+    assert "job-ended" in events and "job-assembly-reported" not in events, events
+    assert events.index("job-ended") > events.index("job-claimed") \
+        if "job-claimed" in events else True, "a claim after the end is refused"
 
 
 async def test_a_dispatch_whose_create_failed_for_good_ends_the_job(
-    failing: tuple[Any, StartsThenFails], runner_settings: RunnerSettings
+    failing: tuple[Any, StartsThenFails], runner_settings: RunnerSettings, database_url: str
 ) -> None:
     client, driver = failing
     driver.kind = FailureKind.SECRET_UNAVAILABLE  # a blocker: the attempt ends
@@ -97,11 +105,11 @@ async def test_a_dispatch_whose_create_failed_for_good_ends_the_job(
     assert task["state"] == "blocked", task
     assert task["latestAttempt"]["failureKind"] == "secret-unavailable"
     [(runner_job_id, pid)] = driver.started.items()
-    await assert_no_backend_ran(runner_settings, runner_job_id, pid)
+    await assert_no_backend_ran(runner_settings, database_url, runner_job_id, pid)
 
 
 async def test_a_session_turn_whose_create_failed_ends_the_job(
-    failing: tuple[Any, StartsThenFails], runner_settings: RunnerSettings
+    failing: tuple[Any, StartsThenFails], runner_settings: RunnerSettings, database_url: str
 ) -> None:
     client, driver = failing
     _, done = await run_task(client, "first turn")
@@ -111,7 +119,7 @@ async def test_a_session_turn_whose_create_failed_ends_the_job(
     assert refused.status_code >= 400, refused.text
     assert refused.json()["error"]["code"] == "infra-failed"
     [(runner_job_id, pid)] = driver.started.items()
-    await assert_no_backend_ran(runner_settings, runner_job_id, pid)
+    await assert_no_backend_ran(runner_settings, database_url, runner_job_id, pid)
     driver.kind = None
     again = await command(client, done["latestAttempt"]["runId"], "third turn")
     assert again.status_code == 201, "the session takes the next turn"
