@@ -124,6 +124,8 @@ MAX_CACHED_STATEMENT = 128 * 1024
 """The largest statement text a writer's connection keeps prepared (asyncpg's default is
 15 KiB): a batch's one statement grows with the kinds of projection rows it writes, and one
 left out of the cache is parsed and planned again at every commit."""
+ASYNCPG_CACHED_STATEMENT = 15 * 1024
+"""asyncpg's own limit, kept by the read pools (their statements are short)."""
 
 
 async def _transactions_only(conn: asyncpg.Connection) -> None:
@@ -146,7 +148,8 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
     cache = 0 if os.environ.get("SVC_PGBOUNCER") == "1" else 100
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, statement_cache_size=cache,
-        max_cacheable_statement_size=MAX_CACHED_STATEMENT if generic_plans else 15 * 1024,
+        max_cacheable_statement_size=MAX_CACHED_STATEMENT if generic_plans
+        else ASYNCPG_CACHED_STATEMENT,
         reset=_transactions_only if transactions_only else None,
         server_settings={"plan_cache_mode": "auto" if generic_plans else "force_custom_plan",
                          "application_name": "svc"},

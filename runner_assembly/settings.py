@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults, load_defaults
 from runner_assembly.assembly.profiles import PROFILES
 from runner_assembly.assembly.workspace_root import check_root_setting
+from runner_assembly.runner.launch import isolated_python
 
 DEFAULT_NAMESPACE = "svc-v01"
-REFERENCE_BACKEND = (
-    sys.executable, "-I", "-S", "-c",
-    f"import sys; sys.path[:0] = [{str(Path(__file__).resolve().parents[1])!r}]; "
-    "from runner_assembly.runner.reference_backend import main; sys.exit(main())")
+REFERENCE_BACKEND = tuple(isolated_python([str(Path(__file__).resolve().parents[1])],
+                                          "reference_backend"))
 """The default backend command of every profile: the reference backend, started like the
-runner (isolated, without ``site``: the installed packages' start-up hooks cost a backend
-about three quarters of its start) from the directory that holds this package; it needs
+runner (isolated, without ``site``) from the directory that holds this package; it needs
 nothing but the standard library."""
 
 

@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -42,6 +41,7 @@ from runner_assembly.drivers.protocol import (
     JobStatus,
 )
 from runner_assembly.runner.jobfiles import write_json_atomically, write_private
+from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.sandbox import BWRAP, SandboxUnavailable, find_bwrap, mode_error
 
 RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
@@ -49,15 +49,12 @@ RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
     for module in (runner_assembly, msgspec, re2)))
 """Where the runner's packages live: the runner starts with ``-I -S`` (no ``site``, no
 ``.pth`` import hooks, nothing from the environment), so it is told these paths instead."""
-RUNNER_BOOT = ("import sys; sys.path[:0] = {roots!r}; "
-               "from runner_assembly.runner.{module} import main; sys.exit(main())")
 
 
 def boot_command(module: str = "local") -> list[str]:
-    """An isolated interpreter without ``site`` (about half of a bare interpreter's start-up)
-    that runs ``runner_assembly.runner.<module>`` from the known roots."""
-    return [sys.executable, "-I", "-S", "-c",
-            RUNNER_BOOT.format(roots=list(RUNNER_IMPORT_ROOTS), module=module)]
+    """``runner_assembly.runner.<module>`` in an isolated interpreter without ``site`` (about
+    half of a bare interpreter's start-up), importing from the known roots."""
+    return isolated_python(RUNNER_IMPORT_ROOTS, module)
 
 
 def runner_args(folder: Path, secret_root: str, bwrap: str | None) -> list[str]:

@@ -9,11 +9,22 @@ queue dispatch or refresh failure, and not ``infra-failed``.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
+
+
+def isolated_python(roots: Sequence[str], module: str) -> list[str]:
+    """A command line running ``runner_assembly.runner.<module>``'s ``main`` in an isolated
+    interpreter without ``site`` (``-I -S``: no ``.pth`` import hooks, nothing from the
+    environment; the installed packages' start-up hooks are most of a bare start), which
+    imports from ``roots`` only."""
+    return [sys.executable, "-I", "-S", "-c",
+            f"import sys; sys.path[:0] = {list(roots)!r}; "
+            f"from runner_assembly.runner.{module} import main; sys.exit(main())"]
 
 
 def _inconsistent(message: str, workspace: Path, program: str) -> AssemblyFailure:

@@ -77,25 +77,28 @@ class ManagerClient:
         """One request on this thread's connection: its status and body. A kept connection
         the manager has closed meanwhile (a cap on connections, a restart) is opened again
         at once."""
-        for attempt in (1, 2):
-            connection = self._connection()
-            reused = connection.sock is not None
-            try:
-                connection.request("POST", target, body=data, headers={
-                    "Authorization": f"Bearer {self.token}",
-                    "Content-Type": "application/json"})
-                answer = connection.getresponse()
-                text = answer.read()
-            except (http.client.HTTPException, OSError):
-                self._drop()
-                if reused and attempt == 1:
-                    continue
+        reused = self._connection().sock is not None
+        try:
+            return self._send(target, data)
+        except (http.client.HTTPException, OSError):
+            if not reused:
                 raise
-            if answer.will_close:
-                self._drop()
-            self._local.used = time.monotonic()
-            return answer.status, text
-        raise AssertionError("unreachable")
+        return self._send(target, data)
+
+    def _send(self, target: str, data: bytes) -> tuple[int, bytes]:
+        connection = self._connection()
+        try:
+            connection.request("POST", target, body=data, headers={
+                "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+            answer = connection.getresponse()
+            text = answer.read()
+        except (http.client.HTTPException, OSError):
+            self._drop()
+            raise
+        if answer.will_close:
+            self._drop()
+        self._local.used = time.monotonic()
+        return answer.status, text
 
     def _connection(self) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection",
@@ -115,10 +118,6 @@ class ManagerClient:
         self._local.connection = None
         if connection is not None:
             connection.close()
-
-    def close(self) -> None:
-        """Close the calling thread's connection."""
-        self._drop()
 
     def _job(self, message: str, body: Mapping[str, object]) -> dict[str, object]:
         return self.post(f"/api/v1/runner/jobs/{self.job}/{message}", body)
