@@ -34,9 +34,8 @@ from ledger.together import Statement
 from ledger.writer import LedgerWriter, Writer
 from projections.store import plan_projection
 from runner_assembly.drivers import faults, make_driver
-from runner_assembly.orchestration.dispatch import Dispatcher
-from runner_assembly.orchestration.queue_service import QueueService
 from runner_assembly.orchestration.session_service import SessionService
+from runner_assembly.orchestration.wiring import Orchestration, orchestration
 from runner_assembly.settings import RunnerSettings
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -81,14 +80,13 @@ class Services:
         self._runner: RunnerApi | None = None
 
     def start(self, pool: asyncpg.Pool, settings: RunnerSettings,
-              dispatcher: Dispatcher) -> SessionService:
-        """Build the services on started pools; the session service, for the loop."""
-        sessions = SessionService(dispatcher)
+              services: Orchestration) -> SessionService:
+        """Build the API services on started pools; the session service, for the loop."""
         self._pool = pool
-        self._queue = QueueApi(pool, settings, QueueService(dispatcher), self.metrics)
-        self._sessions = SessionApi(pool, settings, sessions)
-        self._runner = RunnerApi(dispatcher.protocol, sessions, settings.runner_lease_s)
-        return sessions
+        self._queue = QueueApi(pool, settings, services.queue, self.metrics)
+        self._sessions = SessionApi(pool, settings, services.sessions)
+        self._runner = RunnerApi(services.protocol, services.sessions, settings.runner_lease_s)
+        return services.sessions
 
     def pool(self) -> asyncpg.Pool:
         """The read pool."""
@@ -156,7 +154,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         await writer.start()
         driver = faults.wrap(make_driver(runner), runner.faults)
         sessions = services.start(
-            pool, runner, Dispatcher(pool, fence_pool, writer, driver, runner))
+            pool, runner, orchestration(pool, fence_pool, writer, driver, runner))
         background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
         try:
             yield

@@ -24,13 +24,17 @@ class AttemptController(Controller):
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
         body = await read_body(request, wire.DispatchBody, empty_ok=True, gate=model.gate)
-        return await queue_api.dispatch(task_id, body, dry_run)
+        if dry_run or body.dry_run:
+            return await queue_api.preview_dispatch(task_id, body)
+        return await queue_api.dispatch(task_id, body)
 
     @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def refresh(self, queue_api: QueueDep, task_id: TaskId,
                       dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Write the core run's terminal state back to the task; no-op while it runs."""
-        return await queue_api.refresh(task_id, dry_run)
+        if dry_run:
+            return await queue_api.preview_refresh(task_id)
+        return await queue_api.refresh(task_id)
 
     @get("/attempts", responses=READ_ERRORS)
     async def attempts(self, queue_api: QueueDep, task_id: TaskId, cursor: RetryCursor = 0,
@@ -47,7 +51,9 @@ class AttemptController(Controller):
                     ) -> Response[wire.JudgeRun | wire.DryRun]:
         """Record a judge's verdict on an ended attempt (SPEC 2.3); it never retries."""
         body = await read_body(request, wire.JudgeBody)
-        return await queue_api.judge(task_id, attempt_id, body, dry_run)
+        if dry_run or body.dry_run:
+            return await queue_api.preview_judge(task_id, attempt_id, body)
+        return await queue_api.judge(task_id, attempt_id, body)
 
     @command("/retry", wire.RetryBody, examples.RETRY, WRITE_ERRORS)
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
@@ -58,4 +64,6 @@ class AttemptController(Controller):
         ``Idempotent-Replayed: true``.
         """
         body = await read_body(request, wire.RetryBody)
-        return await queue_api.retry(task_id, body, dry_run)
+        if dry_run or body.dry_run:
+            return await queue_api.preview_retry(task_id, body)
+        return await queue_api.retry(task_id, body)

@@ -52,7 +52,9 @@ class QueueController(Controller):
         is the original task: 200 with header ``Idempotent-Replayed: true``.
         """
         body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
-        return await queue_api.submit(body, dry_run, idempotency_key)
+        if dry_run:
+            return await queue_api.preview_submit(body, idempotency_key)
+        return await queue_api.submit(body, idempotency_key)
 
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(
@@ -75,14 +77,18 @@ class QueueController(Controller):
         """Cancel a task (optional ``reason``)."""
         body = await read_body(request, wire.CancelBody, empty_ok=True)
         reason = body.reason or None
-        return await queue_api.cancel(task_id, reason, dry_run)
+        if dry_run:
+            return await queue_api.preview_cancel(task_id, reason)
+        return await queue_api.cancel(task_id, reason)
 
     @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS)
     async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
         body = await read_body(request, wire.ReadBody)
-        return await queue_api.read(task_id, body.reader_id, dry_run)
+        if dry_run:
+            return await queue_api.preview_read(task_id, body.reader_id)
+        return await queue_api.read(task_id, body.reader_id)
 
     @get("/stats", responses=READ_ERRORS)
     async def stats(self, queue_api: QueueDep,

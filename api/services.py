@@ -24,7 +24,7 @@ from ledger.events import JudgeVerdict
 from ledger.ids import new_id
 from ledger.session import CancelSession, MarkSessionRead
 from ledger.states import SessionFilter, SessionStatus
-from ledger.task import CancelTask, MarkTaskRead, RecordJudge
+from ledger.task import CancelTask, MarkTaskRead, RecordJudge, SubmitTask
 from projections import queries, session_queries
 from projections.store import committed_task
 from runner_assembly.assembly.capability import work_ready_summary
@@ -33,6 +33,12 @@ from runner_assembly.orchestration.session_service import NewCommand, NewSession
 from runner_assembly.settings import RunnerSettings
 
 DEFAULT_READER = "default"
+SubmitAnswer = Response[wire.TaskDetail | wire.DryRun]
+"""What ``POST /queue/tasks`` answers: the task, or a dry run's plan."""
+JudgeAnswer = Response[wire.JudgeRun | wire.DryRun]
+RetryAnswer = Response[wire.Attempt | wire.DryRun]
+SessionAnswer = Response[sw.SessionDetail | wire.DryRun]
+CommandAnswer = Response[sw.CommandResult | wire.DryRun]
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
@@ -43,11 +49,10 @@ def dry_run(preview: Preview) -> wire.DryRun:
 
 
 @contextmanager
-def counted(counter: Counter, dry_run: bool) -> Iterator[Callable[[str], None]]:
+def counted(counter: Counter) -> Iterator[Callable[[str], None]]:
     """Count one call by outcome: the attempt state it left, or the error code it raised."""
     def outcome_of(label: str) -> None:
-        if not dry_run:
-            counter.labels(label).inc()
+        counter.labels(label).inc()
 
     try:
         yield outcome_of
@@ -84,17 +89,25 @@ class QueueApi:
         row, contract = found
         return views.task_detail(row, contract, self.settings.timeout_budgets, work_ready)
 
-    async def submit(self, body: wire.SubmitBody, dry: bool, idempotency_key: str | None = None
-                     ) -> Response[wire.TaskDetail | wire.DryRun]:
-        """Store a validated task (201), or answer its dry run (200). Under an idempotency
-        key already used with the same body: the original task (200, ``Idempotent-Replayed``)."""
-        command = intake.submit_command(msgspec.to_builtins(body), actor=ACTOR,
-                                        idempotency_key=idempotency_key,
-                                        default_profile=self.settings.default_profile)
-        result = await self.queue.submit(command, dry)
-        if isinstance(result, Preview):
-            return Response(dry_run(result), status_code=HTTP_200_OK,
-                            headers=_replayed(bool(result.extra["idempotentReplay"])))
+    def _submit_command(self, body: wire.SubmitBody,
+                        idempotency_key: str | None) -> SubmitTask:
+        return intake.submit_command(msgspec.to_builtins(body), actor=ACTOR,
+                                     idempotency_key=idempotency_key,
+                                     default_profile=self.settings.default_profile)
+
+    async def preview_submit(self, body: wire.SubmitBody,
+                             idempotency_key: str | None = None) -> SubmitAnswer:
+        """The dry run of a submit (200; ``Idempotent-Replayed`` when the key replays)."""
+        preview = await self.queue.preview_submit(self._submit_command(body, idempotency_key))
+        return Response(dry_run(preview), status_code=HTTP_200_OK,
+                        headers=_replayed(bool(preview.extra["idempotentReplay"])))
+
+    async def submit(self, body: wire.SubmitBody,
+                     idempotency_key: str | None = None) -> SubmitAnswer:
+        """Store a validated task (201). Under an idempotency key already used with the same
+        body: the original task (200, ``Idempotent-Replayed``)."""
+        command = self._submit_command(body, idempotency_key)
+        result = await self.queue.submit(command)
         row = committed_task(command.task_id, result.entries)
         if row is None:  # an idempotent replay: the original task, as stored
             return encoded(await self.task_detail(command.task_id), HTTP_200_OK, _replayed(True))
@@ -102,22 +115,24 @@ class QueueApi:
         return encoded(views.task_detail(row, command.contract, self.settings.timeout_budgets),
                        HTTP_201_CREATED)
 
-    async def cancel(self, task_id: str, reason: str | None,
-                     dry: bool) -> wire.TaskDetail | wire.DryRun:
-        """Cancel a task (stopping its running job), or answer the dry run."""
-        return await self._mutate("cancel", CancelTask(task_id, reason), dry)
+    async def cancel(self, task_id: str, reason: str | None) -> wire.TaskDetail:
+        """Cancel a task (stopping its running job)."""
+        await self.queue.mutate(CancelTask(task_id, reason))
+        return await self.task_detail(task_id)
 
-    async def read(self, task_id: str, reader_id: str,
-                   dry: bool) -> wire.TaskDetail | wire.DryRun:
-        """Advance a reader's cursor, or answer the dry run."""
-        return await self._mutate("read", MarkTaskRead(task_id, reader_id), dry)
+    async def preview_cancel(self, task_id: str, reason: str | None) -> wire.DryRun:
+        """The dry run of a cancel."""
+        return dry_run(await self.queue.preview_mutate("cancel", CancelTask(task_id, reason)))
 
-    async def _mutate(self, name: str, command: CancelTask | MarkTaskRead,
-                      dry: bool) -> wire.TaskDetail | wire.DryRun:
-        preview = await self.queue.mutate(name, command, dry)
-        if preview is not None:
-            return dry_run(preview)
-        return await self.task_detail(command.task_id)
+    async def read(self, task_id: str, reader_id: str) -> wire.TaskDetail:
+        """Advance a reader's cursor."""
+        await self.queue.mutate(MarkTaskRead(task_id, reader_id))
+        return await self.task_detail(task_id)
+
+    async def preview_read(self, task_id: str, reader_id: str) -> wire.DryRun:
+        """The dry run of marking a task read."""
+        return dry_run(await self.queue.preview_mutate("read",
+                                                       MarkTaskRead(task_id, reader_id)))
 
     async def show(self, task_id: str) -> Response[Any]:
         """The task detail (``GET``), encoded once per ledger head."""
@@ -159,26 +174,28 @@ class QueueApi:
         key = ("commander", queue, reader_id, limit)
         return await self.cache.answer(key, await self.head.read(), compute)
 
-    async def dispatch(self, task_id: str, body: wire.DispatchBody,
-                       dry: bool) -> wire.TaskDetail | wire.DryRun:
-        """Dispatch the task (counted by outcome), or answer the dry run."""
-        dry = dry or body.dry_run
-        with counted(self.metrics.dispatches, dry) as outcome_of:
-            preview = await self.queue.dispatch(task_id, body.attempt_id,
-                                                dict(body.transient_env or {}), dry)
-            if preview is not None:
-                return dry_run(preview)
+    async def dispatch(self, task_id: str, body: wire.DispatchBody) -> wire.TaskDetail:
+        """Dispatch the task (counted by outcome)."""
+        with counted(self.metrics.dispatches) as outcome_of:
+            await self.queue.dispatch(task_id, body.attempt_id, dict(body.transient_env or {}))
             detail = await self.task_detail(task_id, work_ready_summary())
             outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
             return detail
 
-    async def refresh(self, task_id: str, dry: bool) -> wire.TaskDetail | wire.DryRun:
-        """Write the core run's terminal state back, or answer the dry run."""
+    async def preview_dispatch(self, task_id: str, body: wire.DispatchBody) -> wire.DryRun:
+        """The dry run of a dispatch: the reservation and the job's plan."""
+        return dry_run(await self.queue.preview_dispatch(task_id, body.attempt_id,
+                                                         dict(body.transient_env or {})))
+
+    async def refresh(self, task_id: str) -> wire.TaskDetail:
+        """Write the core run's terminal state back."""
         detail = await self.task_detail(task_id)
-        result = await self.queue.refresh(task_id, dry, detail)
-        if isinstance(result, Preview):
-            return dry_run(result)
-        return await self.task_detail(task_id) if result else detail
+        return await self.task_detail(task_id) if await self.queue.refresh(task_id) else detail
+
+    async def preview_refresh(self, task_id: str) -> wire.DryRun:
+        """The dry run of a refresh."""
+        detail = await self.task_detail(task_id)
+        return dry_run(await self.queue.preview_refresh(task_id, detail))
 
     async def attempts(self, task_id: str, cursor: int, limit: int) -> wire.AttemptList:
         """The attempt history of a task, oldest first."""
@@ -191,21 +208,20 @@ class QueueApi:
         return wire.AttemptList(items=items, next_cursor=page.next_cursor,
                                 change_seq=page.high_water)
 
-    async def retry(self, task_id: str, body: wire.RetryBody,
-                    dry: bool) -> Response[wire.Attempt | wire.DryRun]:
-        """Retry under an idempotency key (counted by outcome), or answer the dry run. A key
-        already used answers its original attempt with ``Idempotent-Replayed: true``."""
-        if dry or body.dry_run:
-            preview = await self.queue.retry(task_id, body.idempotency_key, body.reason, True)
-            assert isinstance(preview, Preview)
-            return Response(dry_run(preview), status_code=HTTP_200_OK)
-        with counted(self.metrics.retries, False) as outcome_of:
-            result = await self.queue.retry(task_id, body.idempotency_key, body.reason, False)
-            assert isinstance(result, tuple)
-            attempt_id, replayed = result
+    async def retry(self, task_id: str, body: wire.RetryBody) -> RetryAnswer:
+        """Retry under an idempotency key (counted by outcome). A key already used answers
+        its original attempt with ``Idempotent-Replayed: true``."""
+        with counted(self.metrics.retries) as outcome_of:
+            attempt_id, replayed = await self.queue.retry(task_id, body.idempotency_key,
+                                                          body.reason)
             attempt = await self._attempt(task_id, attempt_id)
             outcome_of(attempt.state)
             return Response(attempt, status_code=HTTP_200_OK, headers=_replayed(replayed))
+
+    async def preview_retry(self, task_id: str, body: wire.RetryBody) -> RetryAnswer:
+        """The dry run of a retry."""
+        preview = await self.queue.preview_retry(task_id, body.idempotency_key, body.reason)
+        return Response(dry_run(preview), status_code=HTTP_200_OK)
 
     async def _attempt(self, task_id: str, attempt_id: str) -> wire.Attempt:
         row = await queries.get_attempt(self.pool, task_id, attempt_id)
@@ -215,32 +231,34 @@ class QueueApi:
         queue = found[0].queue if found else ""
         return views.attempt(row, self.settings.timeout_budgets, queue)
 
-    async def judge(self, task_id: str, attempt_id: str, body: wire.JudgeBody,
-                    dry: bool) -> Response[wire.JudgeRun | wire.DryRun]:
+    async def judge(self, task_id: str, attempt_id: str,
+                    body: wire.JudgeBody) -> JudgeAnswer:
         """Record a judge's verdict on an ended attempt (201; the same ``judgeId`` and verdict
-        again: the original, 200), or answer the dry run. It never retries anything."""
-        verdict = JudgeVerdict(
-            judge_id=body.judge_id or new_id("jdg"), attempt_id=attempt_id, judge=body.judge,
-            request=body.request, result=body.result, failure_kind=body.failure_kind,
-            retry_suggested=body.retry_suggested, retry_reason=body.retry_reason,
-            summary=body.summary)
-        result = await self.queue.judge(RecordJudge(task_id, verdict), dry or body.dry_run)
-        if isinstance(result, Preview):
-            return Response(dry_run(result), status_code=HTTP_200_OK)
+        again: the original, 200). It never retries anything."""
+        verdict = _verdict(attempt_id, body)
+        result = await self.queue.judge(RecordJudge(task_id, verdict))
         row = await queries.get_judge_run(self.pool, task_id, verdict.judge_id)
         assert row is not None, "a recorded verdict has its row"
         return Response(views.judge_run(row),
                         status_code=HTTP_201_CREATED if result else HTTP_200_OK,
                         headers=_replayed(not result))
 
-    async def create_runner_job(self, run_id: str, body: wire.RunnerJobBody,
-                                dry: bool) -> wire.RunnerJob | wire.DryRun:
-        """Create (or adopt) a reserved run's runner job, or answer its dry run."""
-        preview = await self.queue.create_runner_job(run_id, dict(body.transient_env or {}),
-                                                     dry or body.dry_run)
-        if preview is not None:
-            return dry_run(preview)
+    async def preview_judge(self, task_id: str, attempt_id: str,
+                            body: wire.JudgeBody) -> JudgeAnswer:
+        """The dry run of recording a verdict."""
+        preview = await self.queue.preview_judge(RecordJudge(task_id,
+                                                             _verdict(attempt_id, body)))
+        return Response(dry_run(preview), status_code=HTTP_200_OK)
+
+    async def create_runner_job(self, run_id: str, body: wire.RunnerJobBody) -> wire.RunnerJob:
+        """Create (or adopt) a reserved run's runner job."""
+        await self.queue.create_runner_job(run_id, dict(body.transient_env or {}))
         return await self.runner_job(run_id)
+
+    async def preview_runner_job(self, run_id: str, body: wire.RunnerJobBody) -> wire.DryRun:
+        """The dry run of creating a reserved run's runner job: its plan."""
+        return dry_run(await self.queue.preview_runner_job(run_id,
+                                                           dict(body.transient_env or {})))
 
     async def runner_job(self, run_id: str) -> wire.RunnerJob:
         """The runner-job view of a run, from its projection."""
@@ -270,17 +288,20 @@ class SessionApi:
         trace_seq = await session_lines.last_seq(self.pool, session_id, "trace")
         return views.session_detail(row, turns, output_seq, trace_seq, reader_id)
 
-    async def create(self, body: sw.SessionCreateBody,
-                     dry: bool) -> Response[sw.SessionDetail | wire.DryRun]:
-        """Create a session and its volume (201), or answer the dry run (200)."""
-        request = NewSession(
+    def _new_session(self, body: sw.SessionCreateBody) -> NewSession:
+        return NewSession(
             session_id=body.session_id, conversation_id=body.conversation_id,
             backend_profile=body.backend_profile or self.settings.default_profile,
             run_base=msgspec.to_builtins(body.run_base) if body.run_base else {})
-        if dry:
-            return Response(wire.DryRun(mutation=False, plan=self.sessions.preview_create(
-                request)), status_code=HTTP_200_OK)
-        session_id = await self.sessions.create(request)
+
+    def preview_create(self, body: sw.SessionCreateBody) -> SessionAnswer:
+        """The dry run of creating a session (200)."""
+        plan = self.sessions.preview_create(self._new_session(body))
+        return Response(wire.DryRun(mutation=False, plan=plan), status_code=HTTP_200_OK)
+
+    async def create(self, body: sw.SessionCreateBody) -> SessionAnswer:
+        """Create a session and its volume (201)."""
+        session_id = await self.sessions.create(self._new_session(body))
         return Response(await self.detail(session_id), status_code=HTTP_201_CREATED)
 
     async def index(self, state: SessionFilter, reader_id: str,
@@ -312,23 +333,25 @@ class SessionApi:
             next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
             running=session.state == SessionStatus.RUNNING)
 
-    async def read(self, session_id: str, reader_id: str,
-                   dry: bool) -> sw.SessionDetail | wire.DryRun:
-        """Advance a reader's cursor, or answer the dry run."""
-        if dry:
-            return wire.DryRun(mutation=False, plan=await self.sessions.preview(
-                "read", MarkSessionRead(session_id, reader_id)))
+    async def read(self, session_id: str, reader_id: str) -> sw.SessionDetail:
+        """Advance a reader's cursor."""
         await self.sessions.read(session_id, reader_id)
         return await self.detail(session_id, reader_id)
 
-    async def cancel(self, session_id: str, reason: str | None,
-                     dry: bool) -> sw.SessionDetail | wire.DryRun:
-        """Stop the session's running turn, or answer the dry run."""
-        if dry:
-            return wire.DryRun(mutation=False, plan=await self.sessions.preview(
-                "cancel", CancelSession(session_id, reason)))
+    async def preview_read(self, session_id: str, reader_id: str) -> wire.DryRun:
+        """The dry run of marking a session read."""
+        return wire.DryRun(mutation=False, plan=await self.sessions.preview(
+            "read", MarkSessionRead(session_id, reader_id)))
+
+    async def cancel(self, session_id: str, reason: str | None) -> sw.SessionDetail:
+        """Stop the session's running turn."""
         await self.sessions.cancel(session_id, reason)
         return await self.detail(session_id)
+
+    async def preview_cancel(self, session_id: str, reason: str | None) -> wire.DryRun:
+        """The dry run of stopping the session's running turn."""
+        return wire.DryRun(mutation=False, plan=await self.sessions.preview(
+            "cancel", CancelSession(session_id, reason)))
 
     async def refresh_storage(self, session_id: str,
                               body: sw.StorageSummaryBody | None) -> sw.SessionDetail:
@@ -341,20 +364,36 @@ class SessionApi:
         await self.sessions.refresh_storage(session_id, summary)
         return await self.detail(session_id)
 
-    async def add_command(self, run_id: str, body: sw.CommandBody,
-                          dry: bool) -> Response[sw.CommandResult | wire.DryRun]:
+    async def add_command(self, run_id: str,
+                          body: sw.CommandBody) -> CommandAnswer:
         """Add a command (a turn) to a run: 201 when it started one, 200 when found."""
-        if body.command_id is not None and not body.command_id.startswith("cmd_"):
-            raise InvalidRequest("commandId must start with cmd_", field="commandId")
-        result = await self.sessions.add_command(NewCommand(
-            run_id=run_id, prompt=body.payload.prompt, thread_id=body.payload.thread_id,
-            command_id=body.command_id, transient_env=dict(body.transient_env or {})),
-            dry_run=dry)
-        if dry:
-            return Response(wire.DryRun(mutation=False, plan=result), status_code=HTTP_200_OK)
+        result = await self.sessions.add_command(_new_command(run_id, body))
         answer = sw.CommandResult(
             session_id=result["sessionId"], run_id=result["runId"],
             command_id=result["commandId"], runner_job_id=result["runnerJobId"],
             thread_id=result["threadId"], resumed=result["resumed"], created=result["created"],
             session_path=views.session_path(result["sessionId"]))
         return Response(answer, status_code=HTTP_201_CREATED if answer.created else HTTP_200_OK)
+
+    async def preview_command(self, run_id: str, body: sw.CommandBody) -> CommandAnswer:
+        """The dry run of adding a command: the turn and its job's plan (200)."""
+        plan = await self.sessions.preview_command(_new_command(run_id, body))
+        return Response(wire.DryRun(mutation=False, plan=plan), status_code=HTTP_200_OK)
+
+
+def _new_command(run_id: str, body: sw.CommandBody) -> NewCommand:
+    """The session layer's command of a posted one (``commandId`` must start ``cmd_``)."""
+    if body.command_id is not None and not body.command_id.startswith("cmd_"):
+        raise InvalidRequest("commandId must start with cmd_", field="commandId")
+    return NewCommand(run_id=run_id, prompt=body.payload.prompt,
+                      thread_id=body.payload.thread_id, command_id=body.command_id,
+                      transient_env=dict(body.transient_env or {}))
+
+
+def _verdict(attempt_id: str, body: wire.JudgeBody) -> JudgeVerdict:
+    """The verdict a judge body records (a new ``judgeId`` unless it names one)."""
+    return JudgeVerdict(
+        judge_id=body.judge_id or new_id("jdg"), attempt_id=attempt_id, judge=body.judge,
+        request=body.request, result=body.result, failure_kind=body.failure_kind,
+        retry_suggested=body.retry_suggested, retry_reason=body.retry_reason,
+        summary=body.summary)

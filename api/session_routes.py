@@ -54,7 +54,9 @@ class SessionController(Controller):
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
         body = await read_body(request, sw.SessionCreateBody, empty_ok=True,
                                gate=model.gate_run_base)
-        return await session_api.create(body, dry_run)
+        if dry_run:
+            return session_api.preview_create(body)
+        return await session_api.create(body)
 
     @get("/", responses=READ_ERRORS)
     async def index(self, session_api: SessionDep,
@@ -89,14 +91,18 @@ class SessionController(Controller):
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
         body = await read_body(request, sw.SessionReadBody, empty_ok=True)
-        return await session_api.read(session_id, body.reader_id, dry_run)
+        if dry_run:
+            return await session_api.preview_read(session_id, body.reader_id)
+        return await session_api.read(session_id, body.reader_id)
 
     @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS)
     async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
         body = await read_body(request, sw.ControlBody)
-        return await session_api.cancel(session_id, body.reason, dry_run)
+        if dry_run:
+            return await session_api.preview_cancel(session_id, body.reason)
+        return await session_api.cancel(session_id, body.reason)
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
           responses={**WRITE_ERRORS, **error_responses(401)}, opt=body(
@@ -157,4 +163,6 @@ class RunCommandController(Controller):
         """Add a command (a turn with its prompt) to a run; it resumes the session's
         thread. An evicted session answers ``session-store-evicted`` and creates nothing."""
         body = await read_body(request, sw.CommandBody, gate=model.gate)
-        return await session_api.add_command(run_id, body, dry_run)
+        if dry_run:
+            return await session_api.preview_command(run_id, body)
+        return await session_api.add_command(run_id, body)

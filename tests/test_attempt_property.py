@@ -34,7 +34,7 @@ from runner_assembly.drivers.protocol import (
     JobSpec,
     JobStatus,
 )
-from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.orchestration.wiring import orchestration
 from runner_assembly.settings import RunnerSettings
 from tests.support import WriterMachine, snapshot, write_profile_secret
 
@@ -100,8 +100,9 @@ class AttemptMachine(WriterMachine):
         self.open_ledger(max_size=4)
         self.fence_pool = self.run(create_pool(self.database_url, min_size=1, max_size=4))
         self.driver = ScriptedDriver()
-        self.dispatcher = Dispatcher(self.pool, self.fence_pool, self.writer, self.driver,
-                                     RunnerSettings(data_dir=self.data_dir))
+        self.services = orchestration(self.pool, self.fence_pool, self.writer, self.driver,
+                                      RunnerSettings(data_dir=self.data_dir))
+        self.dispatcher = self.services.dispatcher
 
     def other_pools(self) -> list[asyncpg.Pool]:
         return [self.fence_pool]
@@ -144,13 +145,13 @@ class AttemptMachine(WriterMachine):
         latest = task["attempts"][-1] if task["attempts"] else None
         timeout = self.driver.timeout_next
         if name is not None and any(a["id"] == name for a in task["attempts"]):
-            _, attempt_id = self.run(self.dispatcher.dispatch(task_id, name, False))
+            attempt_id = self.run(self.dispatcher.dispatch(task_id, name))
             assert attempt_id == name, "the same attemptId again is the original attempt"
             if self.attempt(task, name)["state"] == "reserved":
                 self._materialized(task, name, timeout)
             return
         try:
-            _, attempt_id = self.run(self.dispatcher.dispatch(task_id, name, False))
+            attempt_id = self.run(self.dispatcher.dispatch(task_id, name))
         except InvalidTransition:
             resumable = task["state"] == "pending" and latest and latest["state"] == "reserved"
             assert task["state"] != "pending" or (resumable and named)
@@ -209,7 +210,7 @@ class AttemptMachine(WriterMachine):
 
     @rule(task_id=tasks)
     def refresh(self, task_id: str) -> None:
-        self.run(self.dispatcher.refresh(task_id, False))
+        self.run(self.services.queue.refresh(task_id))
         task = self.model[task_id]
         latest = task["attempts"][-1] if task["attempts"] else None
         if latest and latest["state"] == RUNNING and "finished_as" in latest:
@@ -220,7 +221,7 @@ class AttemptMachine(WriterMachine):
         task = self.model[task_id]
         timeout = self.driver.timeout_next
         try:
-            _, attempt_id = self.run(self.dispatcher.retry(task_id, key, reason, False))
+            attempt_id, _ = self.run(self.dispatcher.retry(task_id, key, reason))
         except DomainError as error:
             self._expect_refusal(task, key, reason, error)
             return
@@ -252,7 +253,7 @@ class AttemptMachine(WriterMachine):
         before = self.run(snapshot(self.database_url))
         jobs = dict(self.driver.creations)
         with contextlib.suppress(DomainError):  # refusals are checked by `retry`
-            self.run(self.dispatcher.retry(task_id, key, reason, True))
+            self.run(self.dispatcher.preview_retry(task_id, key, reason))
         assert self.run(snapshot(self.database_url)) == before, "a dry-run changed something"
         assert dict(self.driver.creations) == jobs
 

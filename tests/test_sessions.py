@@ -23,8 +23,8 @@ from ledger.writer import LedgerWriter
 from projections.replay import replay
 from projections.store import plan_projection
 from runner_assembly.drivers import make_driver
-from runner_assembly.orchestration.dispatch import Dispatcher
 from runner_assembly.orchestration.session_service import SessionService
+from runner_assembly.orchestration.wiring import orchestration
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import running_api
 from tests.support import snapshot, task_body, write_profile_secret
@@ -70,7 +70,7 @@ async def own_service(url: str, settings: RunnerSettings) -> AsyncIterator[Sessi
     writer = LedgerWriter(pool, plan_projection)
     await writer.start()
     try:
-        yield SessionService(Dispatcher(pool, fence, writer, make_driver(settings), settings))
+        yield orchestration(pool, fence, writer, make_driver(settings), settings).sessions
     finally:
         await writer.close()
         await pool.close()

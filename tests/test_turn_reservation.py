@@ -11,7 +11,7 @@ from ledger.intake import submit_command
 from ledger.writer import LedgerWriter
 from projections.store import plan_projection
 from runner_assembly.drivers.protocol import JobHandle, JobSpec
-from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.orchestration.wiring import orchestration
 from runner_assembly.settings import RunnerSettings
 from tests.support import replay_report, task_body, write_profile_secret
 from tests.test_attempt_property import ScriptedDriver
@@ -42,25 +42,26 @@ async def test_a_crash_between_turn_reservation_and_job_creation_resumes_the_tur
     writer = LedgerWriter(pool, plan_projection)
     await writer.start()
     driver = CrashingDriver()
-    dispatcher = Dispatcher(pool, fence_pool, writer, driver,
-                            RunnerSettings(data_dir=tmp_path))
+    services = orchestration(pool, fence_pool, writer, driver,
+                             RunnerSettings(data_dir=tmp_path))
+    dispatcher = services.dispatcher
     try:
         body = task_body(sessionRef={"sessionId": "ses_crash", "conversationId": "cnv_c"})
         submit = submit_command(body, actor="test")
         await writer.execute(submit, "test")
         with pytest.raises(Crash):
-            await dispatcher.dispatch(submit.task_id, None, False)
-        session = await dispatcher.sessions.state("ses_crash")
+            await dispatcher.dispatch(submit.task_id)
+        session = await services.turns.state("ses_crash")
         assert session is not None and list(session.turns.values()) == ["reserved"]
         assert not driver.creations, "the turn was reserved before any job existed"
 
-        _, attempt_id = await dispatcher.dispatch(submit.task_id, None, False)
-        task = await dispatcher.task_state(submit.task_id)
+        attempt_id = await dispatcher.dispatch(submit.task_id)
+        task = await services.reader.state(submit.task_id)
         assert task is not None and task.latest is not None
         assert (task.state, task.latest.attempt_id) == ("running", attempt_id)
         assert task.latest.ids is not None
         job = task.latest.ids.runner_job_id
-        session = await dispatcher.sessions.state("ses_crash")
+        session = await services.turns.state("ses_crash")
         assert session is not None and session.turns == {job: "running"}
         assert dict(driver.creations) == {job: 1}
         assert (await replay_report(database_url)).ok

@@ -8,12 +8,13 @@ keeps its run base on the run record.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import msgspec
 
 from ledger.errors import InvalidTransition, NotFound, Refused
@@ -21,14 +22,18 @@ from ledger.ids import new_id
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
 from ledger.states import AttemptStatus, FailureKind, JobState, StorageKind, TurnStatus
+from ledger.writer import Writer
 from projections import orchestration_queries as oq
 from projections.orchestration_queries import JobIdentity, RunBase
+from projections.session_summary import SessionRow
 from runner_assembly.assembly.failures import AssemblyFailure
-from runner_assembly.assembly.plan import Ids
-from runner_assembly.drivers import faults
-from runner_assembly.drivers.protocol import DriverError, JobStatus
-from runner_assembly.orchestration.dispatch import Dispatcher, TaskFacts
-from runner_assembly.orchestration.session_turns import ACTOR
+from runner_assembly.assembly.plan import Ids, RunnerJobPlan
+from runner_assembly.drivers.protocol import DriverError, JobStatus, RunnerDriver
+from runner_assembly.orchestration.facts import TaskFacts, TaskReader
+from runner_assembly.orchestration.materialize import JobMaterializer, JobOrder
+from runner_assembly.orchestration.planning import JobPlanner
+from runner_assembly.orchestration.runner_protocol import RunnerProtocol
+from runner_assembly.orchestration.session_turns import ACTOR, SessionTurns
 
 log = logging.getLogger(__name__)
 SYNC_BATCH = 100
@@ -59,16 +64,36 @@ def job_id_for(run_id: str, command_id: str) -> str:
     return f"job_{digest}"
 
 
+@dataclass(frozen=True)
+class PlannedTurn:
+    """A command's turn as planned under the session's lock: what a preview shows and what
+    materialising it needs."""
+
+    view: dict[str, Any]
+    facts: TaskFacts
+    plan: RunnerJobPlan
+    ids: Ids
+    thread: str | None
+    session: SessionRow
+
+    @property
+    def volume(self) -> bool:
+        """Whether the session keeps a volume."""
+        return self.session.storage_kind == StorageKind.VOLUME
+
+
+@dataclass(eq=False)
 class SessionService:
     """Session operations behind the session API."""
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.dispatcher = dispatcher
-        self.turns = dispatcher.sessions
-        self.pool = dispatcher.pool
-        self.writer = dispatcher.writer
-        self.driver = dispatcher.driver
-        self.protocol = dispatcher.protocol
+    pool: asyncpg.Pool
+    writer: Writer
+    driver: RunnerDriver
+    reader: TaskReader
+    planner: JobPlanner
+    materializer: JobMaterializer
+    turns: SessionTurns
+    protocol: RunnerProtocol
 
     async def create(self, request: NewSession) -> str:
         """Create the session, its volume and its run (or find it); its id."""
@@ -96,7 +121,7 @@ class SessionService:
         if command.thread_id:
             payload["threadId"] = command.thread_id
         if run.task_id:
-            task = await self.dispatcher.facts(run.task_id)
+            task = await self.reader.facts(run.task_id)
             contract = {**task.contract, "payload": payload}
             return TaskFacts(task.task_id, run.backend_profile, command.prompt,
                              task.resource_bundle_ref, task.session_ref, contract)
@@ -106,76 +131,99 @@ class SessionService:
         return TaskFacts("", run.backend_profile, command.prompt,
                          base.get("resourceBundleRef"), ref, contract)
 
-    async def add_command(self, command: NewCommand, *, dry_run: bool) -> dict[str, Any]:
-        """Start a turn in the run's session (or find the one ``commandId`` started)."""
+    async def _found(self, command: NewCommand, run: RunBase) -> tuple[str | None,
+                                                                         dict[str, Any] | None]:
+        """The job of the turn ``commandId`` reserved but did not start (to resume), or the
+        answer of the turn it started."""
+        if not command.command_id:
+            return None, None
+        found = await oq.turn_by_command(self.pool, command.command_id)
+        if found is None:
+            return None, None
+        if found.run_id != command.run_id:
+            raise InvalidTransition("commandId already names a command of another run",
+                                    commandId=command.command_id)
+        if not await self.turns.started(run.session_id, found.runner_job_id):
+            return found.runner_job_id, None  # reserved, its job maybe not created yet
+        return None, {"sessionId": run.session_id, "runId": command.run_id,
+                      "commandId": found.command_id, "runnerJobId": found.runner_job_id,
+                      "threadId": found.thread_id, "resumed": found.thread_id is not None,
+                      "created": False}
+
+    async def _run(self, command: NewCommand) -> RunBase:
         run = await oq.run_base(self.pool, command.run_id)
         if run is None:
             raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
-        session_id = run.session_id
-        resumed = None
-        if command.command_id:
-            found = await oq.turn_by_command(self.pool, command.command_id)
-            if found is not None and found.run_id != command.run_id:
-                raise InvalidTransition("commandId already names a command of another "
-                                        "run", commandId=command.command_id)
-            if found is not None and not await self.turns.started(session_id,
-                                                                  found.runner_job_id):
-                resumed = found.runner_job_id  # reserved, its job maybe not created yet
-            elif found is not None:
-                return {"sessionId": session_id, "runId": command.run_id,
-                        "commandId": found.command_id,
-                        "runnerJobId": found.runner_job_id, "threadId": found.thread_id,
-                        "resumed": found.thread_id is not None, "created": False}
+        return run
+
+    async def _plan(self, run: RunBase, command: NewCommand,
+                    resumed: str | None) -> PlannedTurn:
+        """Plan the command's turn (under the session's lock): refused on a session of
+        another profile, evicted or busy, or an assembly that fails."""
         facts = await self._facts(run, command)
-        self.dispatcher.check_env(facts, command.transient_env)
-        async with self.dispatcher.fence_pool.acquire() as conn, \
-                self.turns.lock(session_id, conn):
-            session = await self.turns.check_usable(session_id, run.backend_profile,
-                                                    resumed)
-            if session is None:
-                raise NotFound(f"session {session_id} not found", sessionId=session_id)
-            volume = session.storage_kind == StorageKind.VOLUME
-            thread = facts.thread(session.thread_id) if volume else None
-            command_id = command.command_id or new_id("cmd")
-            ids = Ids(task_id=run.task_id, attempt_id=run.attempt_id,
-                      run_id=command.run_id, command_id=command_id,
-                      runner_job_id=job_id_for(command.run_id, command_id))
-            try:
-                plan = self.dispatcher.job_plan(facts, ids, command.transient_env, thread)
-            except AssemblyFailure as failure:
-                raise Refused(failure.kind, failure.message, **failure.details) from None
-            view = {"sessionId": session_id, "runId": command.run_id, "commandId": command_id,
-                    "runnerJobId": ids.runner_job_id, "threadId": thread,
-                    "resumed": thread is not None}
-            if dry_run:
-                return {**view, "runnerJob": msgspec.to_builtins(plan), "valuesPrinted": False}
-            row = JobIdentity(runner_job_id=ids.runner_job_id, run_id=command.run_id,
-                              session_id=session_id, backend_profile=run.backend_profile)
-            spec = self.dispatcher.job_spec(facts, row, plan, command.transient_env, thread)
-            spec = dataclasses.replace(spec, runner_token=await self.protocol.issue(
-                ids.runner_job_id, session_id=session_id, run_id=command.run_id,
-                task_id=run.task_id, attempt_id=run.attempt_id))
-            if volume:
-                await self.driver.ensure_volume(self.turns.volume(session_id,
+        self.planner.check_env(facts, command.transient_env)
+        session_id = run.session_id
+        session = await self.turns.check_usable(session_id, run.backend_profile, resumed)
+        if session is None:
+            raise NotFound(f"session {session_id} not found", sessionId=session_id)
+        volume = session.storage_kind == StorageKind.VOLUME
+        thread = facts.thread(session.thread_id) if volume else None
+        command_id = command.command_id or new_id("cmd")
+        ids = Ids(task_id=run.task_id, attempt_id=run.attempt_id, run_id=command.run_id,
+                  command_id=command_id, runner_job_id=job_id_for(command.run_id, command_id))
+        try:
+            plan = self.planner.plan(facts, ids, command.transient_env, thread)
+        except AssemblyFailure as failure:
+            raise Refused(failure.kind, failure.message, **failure.details) from None
+        view = {"sessionId": session_id, "runId": command.run_id, "commandId": command_id,
+                "runnerJobId": ids.runner_job_id, "threadId": thread,
+                "resumed": thread is not None}
+        return PlannedTurn(view, facts, plan, ids, thread, session)
+
+    async def add_command(self, command: NewCommand) -> dict[str, Any]:
+        """Start a turn in the run's session (or find the one ``commandId`` started)."""
+        run = await self._run(command)
+        resumed, answer = await self._found(command, run)
+        if answer is not None:
+            return answer
+        async with self.materializer.fence(None) as conn, \
+                self.turns.lock(run.session_id, conn):
+            turn = await self._plan(run, command, resumed)
+            if turn.volume:
+                await self.driver.ensure_volume(self.turns.volume(run.session_id,
                                                                   run.conversation_id))
-            await self.turns.reserve_turn(session_id, run_id=command.run_id,
-                                          command_id=command_id,
-                                          runner_job_id=ids.runner_job_id, thread_id=thread,
-                                          task_id=run.task_id or None, prompt=command.prompt,
-                                          profile=run.backend_profile)
-            faults.crash_after_reserve(self.dispatcher.settings.faults)
             try:
-                handle = await self.driver.create(spec)
-            except DriverError as error:  # the job may exist all the same (a runner
-                # forked too late, a create that worked but reported an error): ended first,
-                # its runner's claim is refused before the session takes another turn
-                await self.protocol.end(ids.runner_job_id, error.kind)
-                await self.turns.abandon_turn(session_id, ids.runner_job_id, error.kind,
-                                              error.message)
+                await self.materializer.materialize(self._order(run, command, turn), conn)
+            except DriverError as error:  # ended by the materializer: its runner's claim
+                # is refused before the session takes another turn
                 raise Refused(error.kind, error.message) from None
-            faults.crash_at(self.dispatcher.settings.faults, "crash-after-create")
-            await self.turns.start_turn(session_id, handle, ids.runner_job_id)
-        return {**view, "created": True}
+        return {**turn.view, "created": True}
+
+    async def preview_command(self, command: NewCommand) -> dict[str, Any]:
+        """The turn a command would start and its job's plan (or the turn it found)."""
+        run = await self._run(command)
+        resumed, answer = await self._found(command, run)
+        if answer is not None:
+            return answer
+        async with self.materializer.fence(None) as conn, \
+                self.turns.lock(run.session_id, conn):
+            turn = await self._plan(run, command, resumed)
+        return {**turn.view, "runnerJob": msgspec.to_builtins(turn.plan),
+                "valuesPrinted": False}
+
+    def _order(self, run: RunBase, command: NewCommand, turn: PlannedTurn) -> JobOrder:
+        """The job order of a command's turn."""
+        job = JobIdentity(runner_job_id=turn.ids.runner_job_id, run_id=command.run_id,
+                          session_id=run.session_id, backend_profile=run.backend_profile)
+        return JobOrder(
+            spec=self.planner.spec(turn.facts, job, turn.plan, command.transient_env,
+                                   turn.thread),
+            turn=self.turns.reserve_command(
+                run.session_id, turn.session, run_id=command.run_id,
+                command_id=turn.ids.command_id, runner_job_id=turn.ids.runner_job_id,
+                thread_id=turn.thread, task_id=run.task_id or None, prompt=command.prompt,
+                profile=run.backend_profile),
+            actor=ACTOR, task_id=run.task_id, attempt_id=run.attempt_id)
 
     async def sync(self, session_id: str) -> None:
         """Finish the session's turns whose runner reported its exit (or was lost)."""
@@ -203,7 +251,7 @@ class SessionService:
         for turn in await oq.active_turns(self.pool, session_id):
             if turn.status != TurnStatus.RESERVED or not turn.task_id:
                 continue
-            task = await self.dispatcher.task_state(turn.task_id)
+            task = await self.reader.state(turn.task_id)
             latest = task.latest if task is not None else None
             if latest is not None and latest.state == AttemptStatus.RESERVED \
                     and latest.ids is not None \

@@ -1,0 +1,96 @@
+"""From a task's facts to its runner job: the value-free plan, the spec the driver gets, and
+the dry-run view of both. No secret value is read here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from ledger.task import AttemptIds
+from projections.orchestration_queries import JobIdentity
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
+from runner_assembly.assembly.profiles import PROFILE_SECRETS
+from runner_assembly.assembly.resolve import Resolver
+from runner_assembly.assembly.secret_store import CheckedInTheJob, FileSecretStore, SecretStore
+from runner_assembly.assembly.transient_env import check_transient_env
+from runner_assembly.drivers.protocol import JobSpec
+from runner_assembly.orchestration.facts import TaskFacts, bounded
+from runner_assembly.settings import RunnerSettings
+
+
+def secret_store(settings: RunnerSettings) -> SecretStore:
+    """Where secret existence is checked: the file store locally, the job on Kubernetes."""
+    if settings.driver == "kubernetes":
+        return CheckedInTheJob()
+    return FileSecretStore(settings.secrets_dir)
+
+
+def resolver(settings: RunnerSettings, secrets: SecretStore) -> Resolver:
+    """The assembly resolver of these settings."""
+    return Resolver(namespace=settings.namespace, driver=settings.driver, secrets=secrets,
+                    defaults=settings.defaults, storage_class=settings.storage_class,
+                    rollout_subdir=settings.rollout_subdir)
+
+
+@dataclass(frozen=True)
+class JobPlanner:
+    """Resolves a task's assembly into a runner job's plan and the driver's spec."""
+
+    settings: RunnerSettings
+    driver_name: str
+    secrets: SecretStore
+    resolver: Resolver
+
+    def check_env(self, facts: TaskFacts, transient_env: dict[str, str]) -> None:
+        """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
+        check_transient_env(transient_env, facts.contract, self.settings.defaults)
+
+    def plan(self, facts: TaskFacts, ids: Ids, transient_env: dict[str, str],
+             thread_id: str | None = None) -> RunnerJobPlan:
+        """Resolve the assembly (no secret value is read) and render the job's plan; an
+        :class:`AssemblyFailure` names what cannot be assembled."""
+        assembly = self.resolver.resolve(facts.contract, facts.backend_profile, transient_env)
+        return render_plan(assembly, ids, namespace=self.settings.namespace,
+                           driver=self.driver_name, smoke_tools=self.settings.smoke_tools,
+                           thread_id=thread_id)
+
+    def preview(self, facts: TaskFacts, ids: Ids | None, transient_env: dict[str, str],
+                thread_id: str | None) -> dict[str, object]:
+        """The dry-run view of a job: its plan, or why its assembly fails."""
+        if ids is None:
+            return {"runnerJob": None}
+        try:
+            plan = self.plan(facts, ids, transient_env, thread_id)
+        except AssemblyFailure as failure:
+            return {"runnerJob": None, "assemblyFailure": {
+                "failureKind": failure.kind, "failureMessage": bounded(failure.message)}}
+        return {"runnerJob": msgspec.to_builtins(plan), "valuesPrinted": False}
+
+    def missing_secret_keys(self, facts: TaskFacts) -> list[str]:
+        """Missing keys of the task's profile secret (existence only)."""
+        secret = PROFILE_SECRETS[facts.backend_profile]
+        return self.secrets.missing_keys(self.settings.namespace, secret)
+
+    def spec(self, facts: TaskFacts, job: JobIdentity | AttemptIds, plan: RunnerJobPlan,
+             transient_env: dict[str, str], thread_id: str | None) -> JobSpec:
+        """What the driver gets: the plan plus the per-job secret's values (its token is
+        added when the job is materialised)."""
+        settings = self.settings
+        defaults = settings.defaults
+        job_secret = {**{name: defaults.extSshEndpoints[name]
+                         for name in plan.endpoint_defaults}, **transient_env}
+        return JobSpec(
+            runner_job_id=job.runner_job_id, run_id=job.run_id, task_id=facts.task_id,
+            attempt_id=plan.ids.attempt_id, session_id=job.session_id,
+            backend_profile=job.backend_profile,
+            backend_command=settings.backend_commands[job.backend_profile],
+            prompt=facts.prompt, plan=msgspec.to_builtins(plan),
+            secret_root=str(settings.secrets_dir),
+            prompt_caps={"perPrompt": defaults.promptMaxBytes,
+                         "total": defaults.promptsMaxTotalBytes},
+            new_thread=thread_id is None, thread_id=thread_id,
+            resource_bin_path=settings.resource_bin_path,
+            workspace_root=settings.workspace_root,
+            job_secret=job_secret)
