@@ -83,8 +83,9 @@ class Services:
               services: Orchestration) -> SessionService:
         """Build the API services on started pools; the session service, for the loop."""
         self._pool = pool
-        self._queue = QueueApi(pool, settings, services.queue, self.metrics)
-        self._sessions = SessionApi(pool, settings, services.sessions)
+        self._queue = QueueApi(pool, settings, services.queue, services.dispatcher,
+                               services.refresher, self.metrics)
+        self._sessions = SessionApi(pool, settings, services.sessions, services.commands)
         self._runner = RunnerApi(services.protocol, services.sessions, settings.runner_lease_s)
         return services.sessions
 

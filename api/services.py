@@ -28,8 +28,12 @@ from ledger.task import CancelTask, MarkTaskRead, RecordJudge, SubmitTask
 from projections import queries, session_queries
 from projections.store import committed_task
 from runner_assembly.assembly.capability import work_ready_summary
-from runner_assembly.orchestration.queue_service import ACTOR, Preview, QueueService
-from runner_assembly.orchestration.session_service import NewCommand, NewSession, SessionService
+from runner_assembly.orchestration.dispatch import Dispatcher
+from runner_assembly.orchestration.preview import Preview
+from runner_assembly.orchestration.queue_service import ACTOR, QueueService
+from runner_assembly.orchestration.refresh import Refresher
+from runner_assembly.orchestration.session_commands import NewCommand, SessionCommands
+from runner_assembly.orchestration.session_service import NewSession, SessionService
 from runner_assembly.settings import RunnerSettings
 
 DEFAULT_READER = "default"
@@ -73,6 +77,8 @@ class QueueApi:
     pool: asyncpg.Pool
     settings: RunnerSettings
     queue: QueueService
+    dispatcher: Dispatcher
+    refresher: Refresher
     metrics: Metrics
     cache: ReadCache = field(default_factory=ReadCache, init=False)
     head: SharedHead = field(init=False)
@@ -177,25 +183,27 @@ class QueueApi:
     async def dispatch(self, task_id: str, body: wire.DispatchBody) -> wire.TaskDetail:
         """Dispatch the task (counted by outcome)."""
         with counted(self.metrics.dispatches) as outcome_of:
-            await self.queue.dispatch(task_id, body.attempt_id, dict(body.transient_env or {}))
+            await self.dispatcher.dispatch(task_id, body.attempt_id,
+                                           dict(body.transient_env or {}))
             detail = await self.task_detail(task_id, work_ready_summary())
             outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
             return detail
 
     async def preview_dispatch(self, task_id: str, body: wire.DispatchBody) -> wire.DryRun:
         """The dry run of a dispatch: the reservation and the job's plan."""
-        return dry_run(await self.queue.preview_dispatch(task_id, body.attempt_id,
-                                                         dict(body.transient_env or {})))
+        return dry_run(await self.dispatcher.preview_dispatch(
+            task_id, body.attempt_id, dict(body.transient_env or {})))
 
     async def refresh(self, task_id: str) -> wire.TaskDetail:
         """Write the core run's terminal state back."""
         detail = await self.task_detail(task_id)
-        return await self.task_detail(task_id) if await self.queue.refresh(task_id) else detail
+        refreshed = await self.refresher.refresh(task_id)
+        return await self.task_detail(task_id) if refreshed is not None else detail
 
     async def preview_refresh(self, task_id: str) -> wire.DryRun:
         """The dry run of a refresh."""
         detail = await self.task_detail(task_id)
-        return dry_run(await self.queue.preview_refresh(task_id, detail))
+        return dry_run(await self.refresher.preview_refresh(task_id, detail))
 
     async def attempts(self, task_id: str, cursor: int, limit: int) -> wire.AttemptList:
         """The attempt history of a task, oldest first."""
@@ -212,15 +220,16 @@ class QueueApi:
         """Retry under an idempotency key (counted by outcome). A key already used answers
         its original attempt with ``Idempotent-Replayed: true``."""
         with counted(self.metrics.retries) as outcome_of:
-            attempt_id, replayed = await self.queue.retry(task_id, body.idempotency_key,
-                                                          body.reason)
+            attempt_id, replayed = await self.dispatcher.retry(
+                task_id, body.idempotency_key, body.reason)
             attempt = await self._attempt(task_id, attempt_id)
             outcome_of(attempt.state)
             return Response(attempt, status_code=HTTP_200_OK, headers=_replayed(replayed))
 
     async def preview_retry(self, task_id: str, body: wire.RetryBody) -> RetryAnswer:
         """The dry run of a retry."""
-        preview = await self.queue.preview_retry(task_id, body.idempotency_key, body.reason)
+        preview = await self.dispatcher.preview_retry(task_id, body.idempotency_key,
+                                                      body.reason)
         return Response(dry_run(preview), status_code=HTTP_200_OK)
 
     async def _attempt(self, task_id: str, attempt_id: str) -> wire.Attempt:
@@ -272,10 +281,11 @@ class SessionApi:
     """Sessions and the commands of runs, as the session routes answer them."""
 
     def __init__(self, pool: asyncpg.Pool, settings: RunnerSettings,
-                 sessions: SessionService) -> None:
+                 sessions: SessionService, commands: SessionCommands) -> None:
         self.pool = pool
         self.settings = settings
         self.sessions = sessions
+        self.commands = commands
 
     async def detail(self, session_id: str,
                      reader_id: str = DEFAULT_READER) -> sw.SessionDetail:
@@ -367,7 +377,7 @@ class SessionApi:
     async def add_command(self, run_id: str,
                           body: sw.CommandBody) -> CommandAnswer:
         """Add a command (a turn) to a run: 201 when it started one, 200 when found."""
-        result = await self.sessions.add_command(_new_command(run_id, body))
+        result = await self.commands.add_command(_new_command(run_id, body))
         answer = sw.CommandResult(
             session_id=result["sessionId"], run_id=result["runId"],
             command_id=result["commandId"], runner_job_id=result["runnerJobId"],
@@ -377,7 +387,7 @@ class SessionApi:
 
     async def preview_command(self, run_id: str, body: sw.CommandBody) -> CommandAnswer:
         """The dry run of adding a command: the turn and its job's plan (200)."""
-        plan = await self.sessions.preview_command(_new_command(run_id, body))
+        plan = await self.commands.preview_command(_new_command(run_id, body))
         return Response(wire.DryRun(mutation=False, plan=plan), status_code=HTTP_200_OK)
 
 

@@ -210,7 +210,7 @@ class AttemptMachine(WriterMachine):
 
     @rule(task_id=tasks)
     def refresh(self, task_id: str) -> None:
-        self.run(self.services.queue.refresh(task_id))
+        self.run(self.services.refresher.refresh(task_id))
         task = self.model[task_id]
         latest = task["attempts"][-1] if task["attempts"] else None
         if latest and latest["state"] == RUNNING and "finished_as" in latest:

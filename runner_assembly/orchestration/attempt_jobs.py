@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import asyncpg
 import msgspec
 
-from ledger.database import DbConnection
 from ledger.errors import DomainError, NotFound
 from ledger.events import RunEnd
 from ledger.run import CreateRun, FinishRun, RecordRunnerJob
@@ -30,17 +29,19 @@ from ledger.task import (
     MaterializeAttempt,
     after_materialization_failure,
 )
-from ledger.writer import Outcome, Writer
+from ledger.writer import Writer
 from projections import orchestration_queries as oq
 from projections.session_summary import SessionRow
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids
-from runner_assembly.drivers.protocol import DriverError, JobStatus, RunnerDriver
+from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
 from runner_assembly.orchestration.facts import TaskFacts, TaskReader, bounded
 from runner_assembly.orchestration.materialize import (
     CapacityExhausted,
+    CreateFailed,
     JobMaterializer,
     JobOrder,
+    TurnRefused,
 )
 from runner_assembly.orchestration.planning import JobPlanner
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
@@ -84,16 +85,28 @@ class AttemptJobs:
             if task is None or current is None or current.state != AttemptStatus.RESERVED:
                 return  # another caller finished it while we waited at the fence
             async with self.turns.lock(row.session_id, conn):
-                started = await self._create(facts, row, transient_env or {}, task.state, conn)
-        attempt = started[-1].state.attempt(attempt_id) if started else None
+                order = await self._order(facts, row, transient_env or {}, task.state)
+                if order is None:
+                    return  # its assembly failed: the attempt is failed, its run recorded
+                try:
+                    started = await self.materializer.materialize(order, conn)
+                except (TurnRefused, CapacityExhausted, CreateFailed) as failure:
+                    # A turn the order keeps stays reserved with the attempt: the job's
+                    # token still works (a runner the create started may claim), so no
+                    # other turn of the session may start until dispatching again adopts
+                    # the job or a cancel ends it (docs/decisions.md, "A failed create
+                    # keeps its session turn").
+                    await self.fail(task_id, attempt_id, *_failure_of(failure))
+                    return
+        attempt = started[-1].state.attempt(attempt_id)
         if attempt is not None and attempt.state == AttemptStatus.CANCELLED:
             await self.cancel_job(row.run_id, row.runner_job_id)
 
-    async def _create(self, facts: TaskFacts, row: AttemptIds, env: dict[str, str],
-                      task_state: TaskStatus, conn: DbConnection) -> list[Outcome]:
-        """Record the run and open the session, then create the job in a reserved turn; an
-        assembly failure, a refused session, no capacity or a failed create fail the
-        attempt instead (the outcomes of the turn's start, or none)."""
+    async def _order(self, facts: TaskFacts, row: AttemptIds, env: dict[str, str],
+                     task_state: TaskStatus) -> JobOrder | None:
+        """The order of the attempt's job: its run recorded and its session opened with
+        the turn's reservation. An assembly that fails records them and fails the attempt
+        instead (None)."""
         existing = await self.turns.row(row.session_id)
         thread = facts.thread(existing.thread_id if existing else None)
         ids = Ids(task_id=facts.task_id, attempt_id=row.attempt_id, run_id=row.run_id,
@@ -103,8 +116,8 @@ class AttemptJobs:
             plan = self.planner.plan(facts, ids, env, thread)
         except AssemblyFailure as failure:
             await self._record_then_fail(facts, row, existing, prelude, failure)
-            return []
-        order = JobOrder(
+            return None
+        return JobOrder(
             spec=self.planner.spec(facts, row, plan, env, thread),
             turn=self.turns.reserve_command(
                 row.session_id, existing, run_id=row.run_id, command_id=row.command_id,
@@ -118,20 +131,6 @@ class AttemptJobs:
             recorded=lambda handle: [RecordRunnerJob(row.run_id, handle.driver, handle.handle,
                                                      msgspec.to_builtins(plan))],
             then=[MaterializeAttempt(facts.task_id, row.attempt_id)])
-        try:
-            return list(await self.materializer.materialize(order, conn))
-        except DomainError as refusal:  # the session's (CreateRun never refuses)
-            await self.fail(facts.task_id, row.attempt_id, refusal.code, refusal.message)
-        except CapacityExhausted as exhausted:
-            await self.fail(facts.task_id, row.attempt_id, FailureKind.INFRA_FAILED,
-                            str(exhausted))
-        except DriverError as error:
-            # A kept turn stays reserved with the attempt: the job's token still works (a
-            # runner the create started may claim), so no other turn of the session may
-            # start until dispatching again adopts the job or a cancel ends it
-            # (docs/decisions.md, "A failed create keeps its session turn").
-            await self.fail(facts.task_id, row.attempt_id, error.kind, error.message)
-        return []
 
     async def _record_then_fail(self, facts: TaskFacts, row: AttemptIds,
                                 existing: SessionRow | None, prelude: list[Command],
@@ -200,3 +199,12 @@ class AttemptJobs:
         session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:
             await self.turns.finish(session_id, runner_job_id, JobStatus(JobState.CANCELLED))
+
+
+def _failure_of(failure: TurnRefused | CapacityExhausted | CreateFailed) -> tuple[str, str]:
+    """The failure kind and message a materialisation failure fails the attempt with."""
+    if isinstance(failure, TurnRefused):
+        return failure.refusal.code, failure.refusal.message
+    if isinstance(failure, CreateFailed):
+        return failure.kind, failure.message
+    return FailureKind.INFRA_FAILED, str(failure)

@@ -14,35 +14,29 @@ from dataclasses import dataclass
 import asyncpg
 import msgspec
 
+from ledger.errors import NotFound
 from ledger.events import AttemptReserved
 from ledger.ids import new_id
+from ledger.intake import payload_hash
 from ledger.states import AttemptStatus
 from ledger.task import (
     AttemptIds,
-    AttemptState,
     DispatchTask,
     RetryTask,
     TaskState,
     used_key,
 )
-from ledger.writer import Outcome, Writer
+from ledger.writer import Writer
 from projections import orchestration_queries as oq
+from projections import queries
+from runner_assembly.assembly.capability import work_ready_summary
 from runner_assembly.assembly.plan import Ids
 from runner_assembly.drivers import faults
 from runner_assembly.orchestration.attempt_jobs import ACTOR, AttemptJobs
 from runner_assembly.orchestration.facts import TaskFacts, TaskReader
 from runner_assembly.orchestration.planning import JobPlanner
+from runner_assembly.orchestration.preview import Preview
 from runner_assembly.orchestration.session_turns import SessionTurns
-
-
-@dataclass(frozen=True)
-class AttemptPreview:
-    """What a dry run of dispatch or retry shows: the reservation's outcome (nothing
-    appended), the facts of the task and the job the attempt would get."""
-
-    outcome: Outcome
-    facts: TaskFacts
-    job: dict[str, object]
 
 
 @dataclass(eq=False)
@@ -60,28 +54,28 @@ class Dispatcher:
     async def dispatch(self, task_id: str, attempt_id: str | None = None,
                        transient_env: dict[str, str] | None = None) -> str:
         """Reserve (or find) the attempt, then materialise it; its id."""
-        facts = await self.reader.facts(task_id)
         env = transient_env or {}
-        self.planner.check_env(facts, env)
-        await self.check_session(facts)
+        facts = await self._dispatchable(task_id, env)
         outcome = await self.writer.execute(self._dispatch_command(facts, attempt_id), ACTOR)
         state: TaskState = outcome.state
         attempt = state.attempt(attempt_id) if attempt_id else state.latest
-        return await self._materialize(outcome, attempt, facts, env)
+        assert attempt is not None
+        if outcome.events:
+            faults.crash_after_reserve(self.faults)
+        if attempt.state == AttemptStatus.RESERVED:  # still due (else a replay of it)
+            await self.jobs.materialize(task_id, attempt.attempt_id, facts, env, attempt)
+        return attempt.attempt_id
 
     async def preview_dispatch(self, task_id: str, attempt_id: str | None = None,
-                               transient_env: dict[str, str] | None = None
-                               ) -> AttemptPreview:
+                               transient_env: dict[str, str] | None = None) -> Preview:
         """What dispatching would reserve, and the job it would get."""
-        facts = await self.reader.facts(task_id)
         env = transient_env or {}
-        self.planner.check_env(facts, env)
-        await self.check_session(facts)
+        facts = await self._dispatchable(task_id, env)
         outcome = await self.writer.plan(self._dispatch_command(facts, attempt_id))
         latest = outcome.state.latest
         named = attempt_id or (latest.attempt_id if latest else None)
-        return AttemptPreview(outcome, facts,
-                              await self.preview_job(facts, outcome.events, named, env))
+        job = await self.preview_job(facts, outcome.events, named, env)
+        return Preview.of("dispatch", task_id, outcome, workReady=work_ready_summary(), **job)
 
     async def retry(self, task_id: str, key: str, reason: str) -> tuple[str, bool]:
         """Reserve a new attempt under ``key`` (or find the one it reserved), materialise it:
@@ -90,19 +84,40 @@ class Dispatcher:
         await self.check_session(facts)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         outcome = await self.writer.execute(command, ACTOR)
-        attempt_id = await self._materialize(outcome, used_key(outcome.state, key), facts)
-        return attempt_id, not outcome.events
+        attempt = used_key(outcome.state, key)
+        assert attempt is not None
+        if outcome.events:
+            faults.crash_after_reserve(self.faults)
+        if attempt.state == AttemptStatus.RESERVED:  # still due (else a replay of it)
+            await self.jobs.materialize(task_id, attempt.attempt_id, facts, None, attempt)
+        return attempt.attempt_id, not outcome.events
 
-    async def preview_retry(self, task_id: str, key: str, reason: str) -> AttemptPreview:
-        """What retrying under ``key`` would reserve (or replay), and the job it would get."""
+    async def preview_retry(self, task_id: str, key: str, reason: str) -> Preview:
+        """What retrying under ``key`` would reserve (or replay), whether the stored
+        contract still matches its hash, and the job the attempt would get."""
         facts = await self.reader.facts(task_id)
         await self.check_session(facts)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         outcome = await self.writer.plan(command)
-        replayed = used_key(outcome.before, key) if outcome.before is not None else None
+        replayed = used_key(outcome.before, key)
+        found = await queries.get_task(self.pool, task_id)
+        if found is None:
+            raise NotFound(f"task {task_id} not found", taskId=task_id)
+        row, contract = found
         job = await self.preview_job(facts, outcome.events,
                                      replayed.attempt_id if replayed else None, {})
-        return AttemptPreview(outcome, facts, job)
+        return Preview.of(
+            "retry", task_id, outcome,
+            payloadHashVerified=payload_hash(contract) == row.payload_hash,
+            replayOf=replayed.attempt_id if replayed else None,
+            missingSecretKeys=self.planner.missing_secret_keys(facts), **job)
+
+    async def _dispatchable(self, task_id: str, env: dict[str, str]) -> TaskFacts:
+        """The task's facts, once its ``transientEnv`` and its session are checked."""
+        facts = await self.reader.facts(task_id)
+        self.planner.check_env(facts, env)
+        await self.check_session(facts)
+        return facts
 
     def _dispatch_command(self, facts: TaskFacts, attempt_id: str | None) -> DispatchTask:
         return DispatchTask(facts.task_id, self._new_ids(facts, attempt_id),
@@ -114,18 +129,6 @@ class Dispatcher:
             command_id=new_id("cmd"), runner_job_id=new_id("job"),
             session_id=facts.named_session or new_id("ses"),
             backend_profile=facts.backend_profile)
-
-    async def _materialize(self, outcome: Outcome, attempt: AttemptState | None,
-                           facts: TaskFacts, transient_env: dict[str, str] | None = None
-                           ) -> str:
-        """Materialise the attempt a reservation (or its replay) points at, if still due."""
-        assert attempt is not None
-        if outcome.events:
-            faults.crash_after_reserve(self.faults)
-        if attempt.state == AttemptStatus.RESERVED:
-            await self.jobs.materialize(facts.task_id, attempt.attempt_id, facts,
-                                        transient_env, attempt)
-        return attempt.attempt_id
 
     async def check_session(self, facts: TaskFacts) -> None:
         """Refuse, before anything is reserved, a task whose session belongs to another

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from ledger.database import DbConnection, advisory_lock
+from ledger.errors import DomainError
 from ledger.session import ReserveTurn, StartTurn
 from ledger.streams import Command
 from ledger.writer import Outcome, Writer
@@ -38,6 +39,24 @@ class CapacityExhausted(Exception):
 
     def __init__(self) -> None:
         super().__init__("runner capacity of the namespace is exhausted")
+
+
+class TurnRefused(Exception):
+    """The ledger refused what is recorded before the job exists (the session refused the
+    turn): nothing of the job was created."""
+
+    def __init__(self, refusal: DomainError) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+class CreateFailed(Exception):
+    """The driver could not create the job (it may exist all the same)."""
+
+    def __init__(self, error: DriverError) -> None:
+        super().__init__(error.message)
+        self.kind = error.kind
+        self.message = error.message
 
 
 def _never(_: str) -> bool:
@@ -99,15 +118,27 @@ class JobMaterializer:
 
     async def materialize(self, order: JobOrder, conn: DbConnection) -> list[Outcome]:
         """Reserve the turn, create the job, start the turn: the outcomes of the start's
-        commands. Raises the reservation's refusal, :class:`CapacityExhausted`, or the
-        create's :class:`DriverError` (after ending the job unless the order keeps it)."""
+        commands. Raises :class:`TurnRefused`, :class:`CapacityExhausted`, or
+        :class:`CreateFailed` (after ending the job unless the order keeps it)."""
         token, issue = new_token(order.spec.runner_job_id, session_id=order.turn.session_id,
                                  run_id=order.spec.run_id, task_id=order.task_id,
                                  attempt_id=order.attempt_id)
-        await self._reserve(order, [order.turn, issue], conn)
+        try:
+            await self._reserve(order, [order.turn, issue], conn)
+        except DomainError as refusal:
+            raise TurnRefused(refusal) from refusal
         faults.crash_after_reserve(self.settings.faults)
         spec = dataclasses.replace(order.spec, runner_token=token)
-        handle = await self._create(order, spec)
+        log.debug("creating runner job %s: plan %s", spec.runner_job_id, spec.plan)
+        try:
+            handle = await self.driver.create(spec)
+        except DriverError as error:  # the job may exist all the same: ended first, a
+            # runner the create started is refused its claim; its turn is given up
+            if not order.keeps_turn(error.kind):
+                await self.protocol.end(spec.runner_job_id, error.kind)
+                await self.turns.abandon_turn(order.turn.session_id, spec.runner_job_id,
+                                              error.kind, bounded(error.message))
+            raise CreateFailed(error) from error
         faults.crash_at(self.settings.faults, "crash-after-create")
         start = StartTurn(order.turn.session_id, spec.runner_job_id, handle.driver,
                           handle.handle)
@@ -129,19 +160,6 @@ class JobMaterializer:
         if not await self._take_capacity(conn):
             raise CapacityExhausted()
         await self.writer.execute_all(reservation, order.actor)
-
-    async def _create(self, order: JobOrder, spec: JobSpec) -> JobHandle:
-        """The driver's create; a failure ends the job (a runner it may have started is
-        refused its claim) and gives its turn up, unless the order keeps them."""
-        log.debug("creating runner job %s: plan %s", spec.runner_job_id, spec.plan)
-        try:
-            return await self.driver.create(spec)
-        except DriverError as error:
-            if not order.keeps_turn(error.kind):
-                await self.protocol.end(spec.runner_job_id, error.kind)
-                await self.turns.abandon_turn(order.turn.session_id, spec.runner_job_id,
-                                              error.kind, bounded(error.message))
-            raise
 
     async def _take_capacity(self, conn: DbConnection) -> bool:
         """Compare-and-swap one slot of the namespace's capacity, reclaiming finished jobs."""

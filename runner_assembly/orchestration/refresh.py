@@ -15,6 +15,7 @@ from ledger.writer import Outcome, Writer
 from runner_assembly.assembly.capability import startup_record
 from runner_assembly.drivers.protocol import JobStatus
 from runner_assembly.orchestration.facts import TaskReader, bounded
+from runner_assembly.orchestration.preview import Preview
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
 from runner_assembly.orchestration.session_turns import SessionTurns
 
@@ -68,12 +69,14 @@ class Refresher:
         await self.protocol.end(row.runner_job_id, str(status.state))
         return outcome
 
-    async def preview_refresh(self, task_id: str) -> Outcome | None:
-        """What :meth:`refresh` would record of the attempt (a lost lease is not stopped)."""
+    async def preview_refresh(self, task_id: str, current: object) -> Preview:
+        """What :meth:`refresh` would record of the attempt (a lost lease is not stopped);
+        ``current`` is the task as it stands, shown when there is nothing to do."""
         ended = await self._ended(task_id, stop_lost=False)
         if ended is None:
-            return None
-        return await self.writer.plan(finish_command(task_id, *ended))
+            return Preview("refresh", task_id, current, current, [])
+        return Preview.of("refresh", task_id,
+                          await self.writer.plan(finish_command(task_id, *ended)))
 
     async def record_runner_events(self, run_id: str, status: JobStatus) -> None:
         """Record what the runner reported: its startup event (bounded to the SPEC 2.11

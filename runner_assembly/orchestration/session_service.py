@@ -1,14 +1,12 @@
-"""The session API's manager side: create sessions, add commands to runs, follow running
-turns, cancel, read, storage summaries and GC of expired volumes.
+"""The session API's manager side: create sessions, follow running turns, cancel, read,
+storage summaries and GC of expired volumes (commands added to runs:
+:mod:`.session_commands`).
 
-Commands of a run are turns of its session: the session stream records them (the session
-layer owns the command stream, SPEC 1); a run the session API created has no task and
-keeps its run base on the run record.
+A run the session API created has no task and keeps its run base on the run record.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,21 +15,15 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from ledger.errors import InvalidTransition, NotFound, Refused
+from ledger.errors import InvalidTransition, NotFound
 from ledger.ids import new_id
 from ledger.run import CreateRun
 from ledger.session import CancelSession, EvictSession, MarkSessionRead
-from ledger.states import AttemptStatus, FailureKind, JobState, StorageKind, TurnStatus
+from ledger.states import AttemptStatus, FailureKind, JobState, TurnStatus
 from ledger.writer import Writer
 from projections import orchestration_queries as oq
-from projections.orchestration_queries import JobIdentity, RunBase
-from projections.session_summary import SessionRow
-from runner_assembly.assembly.failures import AssemblyFailure
-from runner_assembly.assembly.plan import Ids, RunnerJobPlan
-from runner_assembly.drivers.protocol import DriverError, JobStatus, RunnerDriver
-from runner_assembly.orchestration.facts import TaskFacts, TaskReader
-from runner_assembly.orchestration.materialize import JobMaterializer, JobOrder
-from runner_assembly.orchestration.planning import JobPlanner
+from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
+from runner_assembly.orchestration.facts import TaskReader
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
 from runner_assembly.orchestration.session_turns import ACTOR, SessionTurns
 
@@ -48,40 +40,6 @@ class NewSession(msgspec.Struct, frozen=True):
     run_base: dict[str, Any]
 
 
-class NewCommand(msgspec.Struct, frozen=True):
-    """What ``POST /api/v1/runs/{runId}/commands`` asks for."""
-
-    run_id: str
-    prompt: str
-    thread_id: str | None = None
-    command_id: str | None = None
-    transient_env: dict[str, str] = {}
-
-
-def job_id_for(run_id: str, command_id: str) -> str:
-    """The runner job id of a command: derived, so a replayed command adopts its job."""
-    digest = hashlib.sha256(f"{run_id}/{command_id}".encode()).hexdigest()[:26]
-    return f"job_{digest}"
-
-
-@dataclass(frozen=True)
-class PlannedTurn:
-    """A command's turn as planned under the session's lock: what a preview shows and what
-    materialising it needs."""
-
-    view: dict[str, Any]
-    facts: TaskFacts
-    plan: RunnerJobPlan
-    ids: Ids
-    thread: str | None
-    session: SessionRow
-
-    @property
-    def volume(self) -> bool:
-        """Whether the session keeps a volume."""
-        return self.session.storage_kind == StorageKind.VOLUME
-
-
 @dataclass(eq=False)
 class SessionService:
     """Session operations behind the session API."""
@@ -90,8 +48,6 @@ class SessionService:
     writer: Writer
     driver: RunnerDriver
     reader: TaskReader
-    planner: JobPlanner
-    materializer: JobMaterializer
     turns: SessionTurns
     protocol: RunnerProtocol
 
@@ -114,116 +70,6 @@ class SessionService:
         await self.turns.open(session_id, conversation, request.backend_profile,
                               persistent=True, run_id=run_id)
         return session_id
-
-    async def _facts(self, run: RunBase, command: NewCommand) -> TaskFacts:
-        """The contract a command of ``run`` executes with: its task's, or the run base."""
-        payload: dict[str, str] = {"prompt": command.prompt}
-        if command.thread_id:
-            payload["threadId"] = command.thread_id
-        if run.task_id:
-            task = await self.reader.facts(run.task_id)
-            contract = {**task.contract, "payload": payload}
-            return TaskFacts(task.task_id, run.backend_profile, command.prompt,
-                             task.resource_bundle_ref, task.session_ref, contract)
-        base = run.base or {}
-        ref = {"sessionId": run.session_id, "conversationId": run.conversation_id}
-        contract = {**base, "payload": payload, "sessionRef": ref}
-        return TaskFacts("", run.backend_profile, command.prompt,
-                         base.get("resourceBundleRef"), ref, contract)
-
-    async def _found(self, command: NewCommand, run: RunBase) -> tuple[str | None,
-                                                                         dict[str, Any] | None]:
-        """The job of the turn ``commandId`` reserved but did not start (to resume), or the
-        answer of the turn it started."""
-        if not command.command_id:
-            return None, None
-        found = await oq.turn_by_command(self.pool, command.command_id)
-        if found is None:
-            return None, None
-        if found.run_id != command.run_id:
-            raise InvalidTransition("commandId already names a command of another run",
-                                    commandId=command.command_id)
-        if not await self.turns.started(run.session_id, found.runner_job_id):
-            return found.runner_job_id, None  # reserved, its job maybe not created yet
-        return None, {"sessionId": run.session_id, "runId": command.run_id,
-                      "commandId": found.command_id, "runnerJobId": found.runner_job_id,
-                      "threadId": found.thread_id, "resumed": found.thread_id is not None,
-                      "created": False}
-
-    async def _run(self, command: NewCommand) -> RunBase:
-        run = await oq.run_base(self.pool, command.run_id)
-        if run is None:
-            raise NotFound(f"run {command.run_id} not found", runId=command.run_id)
-        return run
-
-    async def _plan(self, run: RunBase, command: NewCommand,
-                    resumed: str | None) -> PlannedTurn:
-        """Plan the command's turn (under the session's lock): refused on a session of
-        another profile, evicted or busy, or an assembly that fails."""
-        facts = await self._facts(run, command)
-        self.planner.check_env(facts, command.transient_env)
-        session_id = run.session_id
-        session = await self.turns.check_usable(session_id, run.backend_profile, resumed)
-        if session is None:
-            raise NotFound(f"session {session_id} not found", sessionId=session_id)
-        volume = session.storage_kind == StorageKind.VOLUME
-        thread = facts.thread(session.thread_id) if volume else None
-        command_id = command.command_id or new_id("cmd")
-        ids = Ids(task_id=run.task_id, attempt_id=run.attempt_id, run_id=command.run_id,
-                  command_id=command_id, runner_job_id=job_id_for(command.run_id, command_id))
-        try:
-            plan = self.planner.plan(facts, ids, command.transient_env, thread)
-        except AssemblyFailure as failure:
-            raise Refused(failure.kind, failure.message, **failure.details) from None
-        view = {"sessionId": session_id, "runId": command.run_id, "commandId": command_id,
-                "runnerJobId": ids.runner_job_id, "threadId": thread,
-                "resumed": thread is not None}
-        return PlannedTurn(view, facts, plan, ids, thread, session)
-
-    async def add_command(self, command: NewCommand) -> dict[str, Any]:
-        """Start a turn in the run's session (or find the one ``commandId`` started)."""
-        run = await self._run(command)
-        resumed, answer = await self._found(command, run)
-        if answer is not None:
-            return answer
-        async with self.materializer.fence(None) as conn, \
-                self.turns.lock(run.session_id, conn):
-            turn = await self._plan(run, command, resumed)
-            if turn.volume:
-                await self.driver.ensure_volume(self.turns.volume(run.session_id,
-                                                                  run.conversation_id))
-            try:
-                await self.materializer.materialize(self._order(run, command, turn), conn)
-            except DriverError as error:  # ended by the materializer: its runner's claim
-                # is refused before the session takes another turn
-                raise Refused(error.kind, error.message) from None
-        return {**turn.view, "created": True}
-
-    async def preview_command(self, command: NewCommand) -> dict[str, Any]:
-        """The turn a command would start and its job's plan (or the turn it found)."""
-        run = await self._run(command)
-        resumed, answer = await self._found(command, run)
-        if answer is not None:
-            return answer
-        async with self.materializer.fence(None) as conn, \
-                self.turns.lock(run.session_id, conn):
-            turn = await self._plan(run, command, resumed)
-        return {**turn.view, "runnerJob": msgspec.to_builtins(turn.plan),
-                "valuesPrinted": False}
-
-    def _order(self, run: RunBase, command: NewCommand, turn: PlannedTurn) -> JobOrder:
-        """The job order of a command's turn."""
-        job = JobIdentity(runner_job_id=turn.ids.runner_job_id, run_id=command.run_id,
-                          session_id=run.session_id, backend_profile=run.backend_profile)
-        return JobOrder(
-            spec=self.planner.spec(turn.facts, job, turn.plan, command.transient_env,
-                                   turn.thread),
-            turn=self.turns.reserve_command(
-                run.session_id, turn.session, run_id=command.run_id,
-                command_id=turn.ids.command_id, runner_job_id=turn.ids.runner_job_id,
-                thread_id=turn.thread, task_id=run.task_id or None, prompt=command.prompt,
-                profile=run.backend_profile),
-            actor=ACTOR, task_id=run.task_id, attempt_id=run.attempt_id)
 
     async def sync(self, session_id: str) -> None:
         """Finish the session's turns whose runner reported its exit (or was lost)."""

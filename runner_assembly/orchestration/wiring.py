@@ -17,6 +17,7 @@ from runner_assembly.orchestration.planning import JobPlanner, resolver, secret_
 from runner_assembly.orchestration.queue_service import QueueService
 from runner_assembly.orchestration.refresh import Refresher
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
+from runner_assembly.orchestration.session_commands import SessionCommands
 from runner_assembly.orchestration.session_service import SessionService
 from runner_assembly.orchestration.session_turns import SessionTurns
 from runner_assembly.settings import RunnerSettings
@@ -27,9 +28,11 @@ class Orchestration:
     """The services the API calls: the queue's, the session layer's, the runner protocol."""
 
     queue: QueueService
-    sessions: SessionService
-    protocol: RunnerProtocol
     dispatcher: Dispatcher
+    refresher: Refresher
+    sessions: SessionService
+    commands: SessionCommands
+    protocol: RunnerProtocol
     turns: SessionTurns
     reader: TaskReader
 
@@ -47,8 +50,9 @@ def orchestration(pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: Writer,
     materializer = JobMaterializer(fence_pool, writer, driver, protocol, turns, settings)
     jobs = AttemptJobs(pool, writer, driver, reader, planner, materializer, turns, protocol)
     dispatcher = Dispatcher(pool, writer, reader, planner, jobs, turns, settings.faults)
-    queue = QueueService(pool, writer, reader, planner, dispatcher, jobs,
-                         Refresher(writer, reader, protocol, turns))
-    sessions = SessionService(pool, writer, driver, reader, planner, materializer, turns,
-                              protocol)
-    return Orchestration(queue, sessions, protocol, dispatcher, turns, reader)
+    queue = QueueService(pool, writer, reader, planner, dispatcher, jobs)
+    refresher = Refresher(writer, reader, protocol, turns)
+    sessions = SessionService(pool, writer, driver, reader, turns, protocol)
+    commands = SessionCommands(pool, driver, reader, planner, materializer, turns)
+    return Orchestration(queue, dispatcher, refresher, sessions, commands, protocol, turns,
+                         reader)
