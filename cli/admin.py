@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,14 +32,16 @@ async def _connect(
     """
     import asyncpg
 
+    from api.settings import ServiceSettings
     from ledger.database import resolve_database_urls
 
-    if not owner and not os.environ.get("SVC_DATABASE_URL"):
-        where = Path(os.environ.get("SVC_DATA_DIR", ".svc")).expanduser().resolve()
-        if not (where / "pg").is_dir():
-            raise NoServiceData(f"no service database under {where}: run this where `svc serve` "
-                                "keeps its data (SVC_DATA_DIR), or set SVC_DATABASE_URL")
-    urls = await asyncio.to_thread(resolve_database_urls)
+    service = ServiceSettings.from_env()
+    where = Path(service.data_dir).expanduser().resolve()
+    if not owner and not service.database_url and not (where / "pg").is_dir():
+        raise NoServiceData(f"no service database under {where}: run this where `svc serve` "
+                            "keeps its data (SVC_DATA_DIR), or set SVC_DATABASE_URL")
+    urls = await asyncio.to_thread(resolve_database_urls, service.database_url,
+                                   service.migrate_database_url, where)
     return await asyncpg.connect(urls.owner if owner else urls.app), urls.server
 
 
