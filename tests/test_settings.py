@@ -131,3 +131,15 @@ def test_serve_help_lists_every_server_variable() -> None:
     assert result.returncode == 0, result.stderr
     for variable in SERVER:
         assert f"{variable.name} (" in result.stdout, variable.name
+
+
+@pytest.mark.parametrize("args", [("serve",), ("ledger", "anchor")])
+def test_a_command_refuses_an_invalid_setting_in_one_line(tmp_path: Path,
+                                                          args: tuple[str, ...]) -> None:
+    result = subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True,
+                            text=True, timeout=60, cwd=tmp_path,
+                            env={"SVC_RUNNER_LEASE_S": "0", "SVC_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert result.stderr == ("error: invalid-request: SVC_RUNNER_LEASE_S must be a positive "
+                             "number of seconds, not '0'\n")
+    assert result.stdout == ""
