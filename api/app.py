@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import asyncpg
 from litestar import Litestar
+from litestar.datastructures import State
 from litestar.di import Provide
 
 from api.allow import allow_middleware
@@ -27,7 +28,8 @@ from api.runner_routes import RunnerController
 from api.runner_service import RunnerApi
 from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
-from ledger.database import DbConnection, create_pool, data_dir
+from api.settings import ServiceSettings
+from ledger.database import DbConnection, create_pool
 from ledger.relay import RelayAddress, RelayedWriter
 from ledger.streams import RecordedEntry
 from ledger.together import Statement
@@ -124,9 +126,15 @@ class Services:
 
 
 def create_app(database_url: str, *, pool_size: int = 10,
-               settings: RunnerSettings | None = None) -> Litestar:
-    """The API bound to one database; the pool, ledger writer and dispatcher live with it."""
-    runner = settings or RunnerSettings.from_env(data_dir())
+               settings: RunnerSettings | None = None,
+               service: ServiceSettings | None = None) -> Litestar:
+    """The API bound to one database; the pool, ledger writer and dispatcher live with it.
+    ``service``: the server's settings (default: all at their defaults); ``settings``: the
+    runner's (default: built from ``service``)."""
+    service = service or ServiceSettings.defaults()
+    runner = settings or service.runner()
+    statement_cache = not service.pgbouncer
+    relay = RelayAddress.decode(service.ledger_relay)
     observed = Metrics()
     services = Services(observed, runner)
 
@@ -143,17 +151,18 @@ def create_app(database_url: str, *, pool_size: int = 10,
         # Separate pools: fence waiters and reads can never starve the ledger writer.
         # Reads and short transactions leave no session state (advisory locks are taken on
         # the fence pool only): no reset round trip when a read connection is released.
-        pool = await create_pool(database_url, max_size=pool_size, transactions_only=True)
-        writer_pool = await _writer_pool(database_url)
-        fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size)
+        pool = await create_pool(database_url, max_size=pool_size, transactions_only=True,
+                                 statement_cache=statement_cache)
+        writer_pool = await _writer_pool(database_url, statement_cache)
+        fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size,
+                                       statement_cache=statement_cache)
         def count(entries: list[RecordedEntry]) -> None:
             observed.appends.inc(len(entries))
 
         own = LedgerWriter(writer_pool, project_and_measure, on_commit=count)
-        relay = RelayAddress.from_env()
         writer: Writer = own if relay is None else RelayedWriter(own, relay, on_commit=count)
         await writer.start()
-        driver = faults.wrap(make_driver(runner), runner.faults)
+        driver = faults.wrap(make_driver(runner), runner.faults, service.fault_seed)
         sessions = services.start(
             pool, runner, orchestration(pool, fence_pool, writer, driver, runner))
         background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
@@ -174,6 +183,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         dependencies=services.provide(),
         middleware=[middleware(observed), allow_middleware],
         lifespan=[lifespan],
+        state=State({"deploy_endpoint": service.deploy_endpoint}),
         exception_handlers={Exception: handle_exception},
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=openapi_config(),
@@ -183,17 +193,18 @@ def create_app(database_url: str, *, pool_size: int = 10,
 
 
 @asynccontextmanager
-async def relay_writer(database_url: str) -> AsyncIterator[LedgerWriter]:
+async def relay_writer(database_url: str, statement_cache: bool = True
+                       ) -> AsyncIterator[LedgerWriter]:
     """The writer the ledger relay of ``svc serve --workers N`` serves every worker with
     (:class:`ledger.relay.RelayHost`), on a pool of its own."""
-    pool = await _writer_pool(database_url)
+    pool = await _writer_pool(database_url, statement_cache)
     try:
         yield LedgerWriter(pool, plan_projection)
     finally:
         await pool.close()
 
 
-async def _writer_pool(database_url: str) -> asyncpg.Pool:
+async def _writer_pool(database_url: str, statement_cache: bool) -> asyncpg.Pool:
     """A ledger writer's pool: small, transactions only, its fixed statements planned once."""
     return await create_pool(database_url, min_size=1, max_size=3, transactions_only=True,
-                             generic_plans=True)
+                             generic_plans=True, statement_cache=statement_cache)

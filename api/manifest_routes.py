@@ -36,5 +36,6 @@ class ManifestReport(msgspec.Struct):
 async def validate_manifest(request: HttpRequest) -> ManifestReport:
     """Validate the manifest in the body; a malformed body is ``invalid-request``."""
     document = await read_body(request, object)
-    found = [ManifestViolation(v.path, v.message) for v in violations(document)]
+    endpoint: str = request.app.state.deploy_endpoint  # SVC_DEPLOY_ENDPOINT (api.settings)
+    found = [ManifestViolation(v.path, v.message) for v in violations(document, endpoint)]
     return ManifestReport(valid=not found, violations=found)

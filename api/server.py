@@ -4,10 +4,8 @@ connection cap kept below the file-descriptor limit, and a bounded graceful shut
 from __future__ import annotations
 
 import asyncio
-import os
 import resource
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypedDict
 
@@ -32,37 +30,14 @@ TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """Connection limits of ``svc serve``, in whole seconds (see README)."""
+    """Connection limits of ``svc serve``, in whole seconds (``SVC_HTTP_*`` and
+    ``SVC_SHUTDOWN_GRACE_S``: :meth:`api.settings.ServiceSettings.http`)."""
 
     keepalive_s: int = 5
     header_timeout_s: int = 10
     body_timeout_s: int = 30
     max_connections: int = 4096
     shutdown_grace_s: int = 10
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> HttpSettings:
-        """Settings from ``SVC_HTTP_*`` and ``SVC_SHUTDOWN_GRACE_S``; unset means default."""
-        env = os.environ if env is None else env
-        default = cls()
-
-        def number(name: str, fallback: int) -> int:
-            text = env.get(name) or str(fallback)
-            try:
-                value = int(text)
-            except ValueError:
-                value = 0
-            if value < 1:
-                raise ValueError(f"{name} must be a positive whole number, not {text!r}")
-            return value
-
-        return cls(
-            keepalive_s=number("SVC_HTTP_KEEPALIVE_S", default.keepalive_s),
-            header_timeout_s=number("SVC_HTTP_HEADER_TIMEOUT_S", default.header_timeout_s),
-            body_timeout_s=number("SVC_HTTP_BODY_TIMEOUT_S", default.body_timeout_s),
-            max_connections=number("SVC_HTTP_MAX_CONNECTIONS", default.max_connections),
-            shutdown_grace_s=number("SVC_SHUTDOWN_GRACE_S", default.shutdown_grace_s),
-        )
 
 
 def raise_fd_limit() -> int:
@@ -243,8 +218,9 @@ def protocol_class(settings: HttpSettings, cap: int) -> type[DeadlineProtocol]:
     return ServerProtocol
 
 
-WORKER_PROTOCOL = "api.worker:Protocol"
-"""Where a worker process of ``--workers N`` finds its protocol (built there, from the env)."""
+WORKER_PROTOCOL = "httptools"
+"""A placeholder: each worker process of ``--workers N`` replaces it with its own protocol,
+bound to the settings it was handed (:class:`api.worker.WorkerConfig`)."""
 
 
 class UvicornOptions(TypedDict):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from cyclopts import App, Parameter
 
@@ -24,6 +24,22 @@ class NoServiceData(Exception):
     """There is no database to read here: no SVC_DATABASE_URL and no embedded one."""
 
 
+class InvalidSettings(Exception):
+    """A setting the command needs cannot be read (the message names the variable)."""
+
+
+def _run(main: Coroutine[Any, Any, int]) -> int:
+    """Run a command; no database here is exit 3, an invalid setting exit 2."""
+    try:
+        return asyncio.run(main)
+    except NoServiceData as error:
+        render.error("not-found", str(error))
+        return 3
+    except InvalidSettings as error:
+        render.error("invalid-request", str(error))
+        return 2
+
+
 async def _connect(
         *, owner: bool = False) -> tuple[asyncpg.Connection, EmbeddedServer | None]:
     """A connection as the service's role, or as the schema owner (migrations).
@@ -33,14 +49,19 @@ async def _connect(
     """
     import asyncpg
 
+    from api.settings import ServiceSettings
     from ledger.database import resolve_database_urls
 
-    if not owner and not os.environ.get("SVC_DATABASE_URL"):
-        where = Path(os.environ.get("SVC_DATA_DIR", ".svc")).expanduser().resolve()
-        if not (where / "pg").is_dir():
-            raise NoServiceData(f"no service database under {where}: run this where `svc serve` "
-                                "keeps its data (SVC_DATA_DIR), or set SVC_DATABASE_URL")
-    urls = await asyncio.to_thread(resolve_database_urls)
+    try:
+        service = ServiceSettings.from_env()
+    except ValueError as error:
+        raise InvalidSettings(str(error)) from None
+    where = Path(service.data_dir).expanduser().resolve()
+    if not owner and not service.database_url and not (where / "pg").is_dir():
+        raise NoServiceData(f"no service database under {where}: run this where `svc serve` "
+                            "keeps its data (SVC_DATA_DIR), or set SVC_DATABASE_URL")
+    urls = await asyncio.to_thread(resolve_database_urls, service.database_url,
+                                   service.migrate_database_url, where)
     return await asyncpg.connect(urls.owner if owner else urls.app), urls.server
 
 
@@ -59,7 +80,7 @@ def migrate() -> int:
         render.out(f"applied: {names}" if applied else "schema is up to date")
         return 0
 
-    return asyncio.run(main())
+    return _run(main())
 
 
 @ledger_app.command
@@ -80,11 +101,7 @@ def anchor() -> int:
             await conn.close()
         return 0
 
-    try:
-        return asyncio.run(main())
-    except NoServiceData as error:
-        render.error("not-found", str(error))
-        return 3
+    return _run(main())
 
 
 @ledger_app.command
@@ -127,10 +144,7 @@ def replay(*, verify: Annotated[bool, Parameter(
         return 0 if (report.ok or report.repaired) and anchored is None else 1
 
     try:
-        return asyncio.run(main())
+        return _run(main())
     except DomainError as error:
         render.error(error.code, error.message)
         return 1
-    except NoServiceData as error:
-        render.error("not-found", str(error))
-        return 3

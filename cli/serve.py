@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import inspect
 import os
 import signal
 import socket
@@ -14,10 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Unpack
 
 from cyclopts import Parameter
 
+from api.variables import help_text
 from cli import render
 
 if TYPE_CHECKING:
     from api.server import ServeOptions
+    from api.settings import ServiceSettings
 
 QUICK_START = """\
 Try it in another terminal (`source .venv/bin/activate` first; add --api {api} if you
@@ -33,8 +36,6 @@ changed the address):
 OpenAPI document: {api}/api/v1/schema"""
 
 MAX_WORKERS = 64
-WORKER_APP = "api.worker:create"
-"""The factory each worker process of ``--workers N`` builds its app with."""
 
 SANDBOX_BANNER = {
     ("local", "bwrap"): "local sandbox: bwrap (backends see only their own job)",
@@ -87,21 +88,24 @@ def serve(
     """Run the API. Data lives under SVC_DATA_DIR (default .svc): an embedded Postgres is
     started there unless SVC_DATABASE_URL names a server. Migrations are applied first."""
     import asyncpg
+    import msgspec
     import uvicorn
 
     from api.app import create_app
     from api.observability import configure_logging
-    from api.server import HttpSettings, uvicorn_options
-    from ledger.database import data_dir, resolve_database_urls
+    from api.server import uvicorn_options
+    from api.settings import ServiceSettings
+    from ledger.database import resolve_database_urls
     from runner_assembly.assembly.defaults import DefaultsError
     from runner_assembly.drivers import DRIVERS, DriverError, make_driver
-    from runner_assembly.settings import RunnerSettings
 
     try:
-        settings = RunnerSettings.from_env(data_dir())
+        service = ServiceSettings.from_env()  # the one read of the environment
+        data = service.data_path()
+        settings = service.runner(data)
         if settings.driver in DRIVERS:
             make_driver(settings)  # fail now, clearly, not in the middle of startup
-        http = HttpSettings.from_env()
+        http = service.http()
     except (DefaultsError, DriverError, ValueError) as error:
         render.error("invalid-request", str(error))
         return 2
@@ -119,7 +123,7 @@ def serve(
         render.error("invalid-request", refusal)
         return 2
     try:
-        urls = resolve_database_urls()
+        urls = resolve_database_urls(service.database_url, service.migrate_database_url, data)
         applied = asyncio.run(_migrate(urls.owner))
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
         render.error("infra-failed", f"cannot use the database ({type(error).__name__}: "
@@ -127,22 +131,22 @@ def serve(
         return 3
     server, url = urls.server, urls.app
     where = ("SVC_DATABASE_URL" if server is None
-             else f"embedded Postgres in {data_dir() / 'pg'}, serving as svc_api")
+             else f"embedded Postgres in {data / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
     if settings.runner_api_url is None and settings.driver == "local":  # pods: the Service
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         runner_api = f"http://[{local}]:{port}" if ":" in local else f"http://{local}:{port}"
         settings = dataclasses.replace(settings, runner_api_url=runner_api)
-        os.environ["SVC_RUNNER_API_URL"] = runner_api  # what each worker's settings read
+        service = msgspec.structs.replace(service, runner_api_url=runner_api)
     render.out(f"svc serving on {api} with {workers} worker{'s' * (workers > 1)} "
                f"(database: {where}; migrations applied: {', '.join(applied) or 'none pending'})")
     render.out(SANDBOX_BANNER[settings.driver, settings.sandbox])
-    if server is not None and ensure_demo_secret(data_dir()):
-        render.out(f"created a placeholder profile-1 secret under {data_dir() / 'secrets'} "
+    if server is not None and ensure_demo_secret(data):
+        render.out(f"created a placeholder profile-1 secret under {data / 'secrets'} "
                    "(reference backend only)")
     render.out(QUICK_START.format(api=api))
     sys.stdout.flush()  # the banner reaches a log file now, not when the server stops
-    configure_logging(os.environ.get("SVC_LOG_LEVEL", "INFO").upper())
+    configure_logging(service.log_level.upper())
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through Python instead, so
     # the embedded Postgres is stopped (and its pid list cleared) on SIGTERM as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
@@ -151,11 +155,11 @@ def serve(
                              **uvicorn_options(http, workers)}
     started = True
     try:
+        service = msgspec.structs.replace(service, database_url=url)  # resolved
         if workers == 1:
-            uvicorn.run(create_app(url, settings=settings), **options)
-        else:  # each worker builds the app from this environment (uvicorn's supervisor)
-            os.environ["SVC_DATABASE_URL"] = url
-            started = supervise_with_relay(url, **options)
+            uvicorn.run(create_app(url, settings=settings, service=service), **options)
+        else:  # each worker builds the app from these settings (uvicorn's supervisor)
+            started = supervise_with_relay(service, **options)
     except KeyboardInterrupt:
         pass
     finally:
@@ -168,23 +172,32 @@ def serve(
     return 0
 
 
-def supervise_with_relay(url: str, **options: Unpack[ServeOptions]) -> bool:
+serve.__doc__ = "\n\n".join([inspect.cleandoc(serve.__doc__ or ""), "Settings, read from the "
+                              "environment once at start (README, Configuration):", help_text()])
+
+
+def supervise_with_relay(service: ServiceSettings, **options: Unpack[ServeOptions]) -> bool:
     """Serve the workers with one ledger writer for them all (:mod:`ledger.relay`), on a
-    thread of this process, which only supervises them otherwise."""
+    thread of this process, which only supervises them otherwise; each worker is handed
+    ``service`` and the relay's address."""
+    import msgspec
+
     from api.app import relay_writer
     from api.worker import supervise
-    from ledger.relay import ADDRESS_ENV, RelayHost
+    from ledger.relay import RelayHost
 
-    host = RelayHost(functools.partial(relay_writer, url))
+    assert service.database_url is not None
+    relay = RelayHost(functools.partial(relay_writer, service.database_url,
+                                       not service.pgbouncer))
     try:
         try:
-            os.environ[ADDRESS_ENV] = host.start().encode()
+            service = msgspec.structs.replace(service, ledger_relay=relay.start().encode())
         except Exception as error:  # the workers can do without it, and will say what is wrong
             render.warn(f"the ledger relay did not start ({type(error).__name__}: {error}); "
                         "each worker writes through its own ledger writer")
-        return supervise(WORKER_APP, **options)
+        return supervise(service, **options)
     finally:  # also on SIGTERM or Ctrl-C, even during the relay's start
-        host.stop()
+        relay.stop()
 
 
 def _unusable_address(host: str, port: int) -> str | None:

@@ -1,4 +1,4 @@
-"""Where the database is: ``SVC_DATABASE_URL``, or an embedded Postgres under the data dir."""
+"""Where the database is: a configured URL, or an embedded Postgres under the data dir."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ Queryable: TypeAlias = asyncpg.Pool | asyncpg.Connection | PoolConnectionProxy
 DEFAULT_DATABASE = "svc"
 
 
-def data_dir() -> Path:
-    """``SVC_DATA_DIR`` (default ``.svc``), created if missing."""
-    path = Path(os.environ.get("SVC_DATA_DIR", ".svc")).expanduser().resolve()
+def data_dir(setting: str) -> Path:
+    """The data directory ``setting`` names (``SVC_DATA_DIR``), resolved; created if
+    missing."""
+    path = Path(setting).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -101,17 +102,18 @@ async def ensure_app_login(owner_url: str, login: str = APP_LOGIN) -> None:
         await conn.close()
 
 
-def resolve_database_urls() -> DatabaseUrls:
-    """The service's URLs: ``SVC_DATABASE_URL`` (serving) and ``SVC_MIGRATE_DATABASE_URL``
-    (migrations, default: the same), or the embedded server, where migrations run as its
-    superuser and the service serves as ``svc_api``.
+def resolve_database_urls(url: str | None, owner_url: str | None, data: Path
+                          ) -> DatabaseUrls:
+    """The service's URLs: ``url`` (serving; ``SVC_DATABASE_URL``) and ``owner_url``
+    (migrations; ``SVC_MIGRATE_DATABASE_URL``, default: ``url``), or, without ``url``, the
+    embedded server under the data directory ``data``, where migrations run as its superuser
+    and the service serves as ``svc_api``.
 
     The handle keeps the embedded server alive; it stops when the last process using it exits.
     """
-    url = os.environ.get("SVC_DATABASE_URL")
     if url:
-        return DatabaseUrls(app=url, owner=os.environ.get("SVC_MIGRATE_DATABASE_URL") or url)
-    server = start_embedded(data_dir() / "pg")
+        return DatabaseUrls(app=url, owner=owner_url or url)
+    server = start_embedded(data / "pg")
     import asyncio
 
     owner = server.get_uri(DEFAULT_DATABASE)
@@ -134,9 +136,10 @@ async def _transactions_only(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
-                      transactions_only: bool = False,
-                      generic_plans: bool = False) -> asyncpg.Pool:
-    """A connection pool; ``statement_cache_size=0`` keeps it safe behind PgBouncer when asked.
+                      transactions_only: bool = False, generic_plans: bool = False,
+                      statement_cache: bool = True) -> asyncpg.Pool:
+    """A connection pool; without ``statement_cache`` (``SVC_PGBOUNCER=1``) it prepares no
+    statement to keep, which keeps it safe behind PgBouncer's transaction mode.
 
     ``transactions_only``: every use is a transaction (a lone statement is one) that leaves
     no session state, so a released connection skips the reset round trip (asyncpg's
@@ -145,7 +148,7 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
     statements, e.g. the ledger writer's) instead of planning every execution; the default
     forces custom plans, which the optional-filter reads need.
     """
-    cache = 0 if os.environ.get("SVC_PGBOUNCER") == "1" else 100
+    cache = 100 if statement_cache else 0
     pool = await asyncpg.create_pool(
         url, min_size=min_size, max_size=max_size, statement_cache_size=cache,
         max_cacheable_statement_size=MAX_CACHED_STATEMENT if generic_plans

@@ -13,7 +13,7 @@ commit-unknown, exactly as a database connection lost while committing.
 
 Frames are a 4-byte big-endian length and a pickle. The socket lives in a fresh directory
 only this user can enter, and its first frame must be the host's random token (handed to the
-workers in their environment, beside the database URL it guards no less well): no frame is
+workers in their settings, beside the database URL it guards no less well): no frame is
 unpickled before the token has been checked.
 """
 
@@ -24,7 +24,6 @@ import contextlib
 import functools
 import hmac
 import logging
-import os
 import pickle
 import secrets
 import shutil
@@ -43,9 +42,6 @@ from ledger.streams import Command, RecordedEntry
 from ledger.writer import LedgerWriter, Outcome
 
 _log = logging.getLogger("svc.relay")
-ADDRESS_ENV = "SVC_LEDGER_RELAY"
-"""Where the host listens, ``<token hex>@<socket path>``: set by ``svc serve`` for its
-workers."""
 _HEADER = struct.Struct(">I")
 _ANSWER = struct.Struct(">QB")
 """What precedes an answer's pickle: its request number, and whether it is an outcome (1)
@@ -71,14 +67,13 @@ class RelayAddress:
     token: bytes
 
     def encode(self) -> str:
-        """The :data:`ADDRESS_ENV` value."""
+        """The address as text, ``<token hex>@<socket path>``, for a worker."""
         return f"{self.token.hex()}@{self.path}"
 
     @classmethod
-    def from_env(cls) -> RelayAddress | None:
-        """The address ``svc serve`` handed this worker, if any."""
-        value = os.environ.get(ADDRESS_ENV, "")
-        token, _, path = value.partition("@")
+    def decode(cls, value: str | None) -> RelayAddress | None:
+        """The address :meth:`encode` wrote (None: no relay)."""
+        token, _, path = (value or "").partition("@")
         return cls(path, bytes.fromhex(token)) if path else None
 
 

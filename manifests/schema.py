@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import msgspec
@@ -15,16 +14,12 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 SCHEMA_ID = "https://svc.invalid/schemas/deployment-manifest.schema.json"
 
 
-def configured_endpoint() -> str:
-    """The deployment endpoint a manifest's ``endpoint`` must equal (``SVC_DEPLOY_ENDPOINT``)."""
-    return os.environ.get("SVC_DEPLOY_ENDPOINT", DEFAULT_ENDPOINT)
-
-
 def generate(endpoint: str | None = None) -> dict[str, object]:
-    """JSON Schema (2020-12) of the manifest, with ``endpoint`` fixed to the configured one."""
+    """JSON Schema (2020-12) of the manifest, with ``endpoint`` fixed to the configured one
+    (``SVC_DEPLOY_ENDPOINT``, read by the command line), else :data:`DEFAULT_ENDPOINT`."""
     schema = msgspec.json.schema(DeploymentManifest)
     root = schema["$defs"]["DeploymentManifest"]
-    root["properties"]["endpoint"] = {"const": endpoint or configured_endpoint()}
+    root["properties"]["endpoint"] = {"const": endpoint or DEFAULT_ENDPOINT}
     root["properties"]["createdAt"] = {"type": "string", "format": "date-time"}
     _publish_anchors(schema)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,

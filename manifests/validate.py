@@ -13,7 +13,7 @@ import msgspec
 import yaml
 
 from manifests.model import DeploymentManifest
-from manifests.schema import configured_endpoint, generate, python_pattern
+from manifests.schema import DEFAULT_ENDPOINT, generate, python_pattern
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ ManifestValidator = _extend(jsonschema.Draft202012Validator, {"pattern": _whole_
 
 def violations(document: object, endpoint: str | None = None) -> list[Violation]:
     """Every violation of the manifest rules (empty when valid)."""
-    schema = generate(endpoint or configured_endpoint())
+    schema = generate(endpoint or DEFAULT_ENDPOINT)
     validator = ManifestValidator(schema, format_checker=ManifestValidator.FORMAT_CHECKER)
     found = [Violation(_json_path(e.absolute_path), _sentence(e))
              for e in validator.iter_errors(document)]
@@ -115,7 +115,7 @@ def parse(document: object, endpoint: str | None = None) -> DeploymentManifest:
     """The typed manifest, or ``msgspec.ValidationError``; ``endpoint`` is checked against
     the configured deployment endpoint, which no static type can know."""
     manifest = msgspec.convert(document, DeploymentManifest)
-    expected = endpoint or configured_endpoint()
+    expected = endpoint or DEFAULT_ENDPOINT
     if manifest.endpoint is not msgspec.UNSET and manifest.endpoint != expected:
         raise msgspec.ValidationError(
             f"Expected `endpoint` to equal the configured endpoint {expected} - at `$.endpoint`")

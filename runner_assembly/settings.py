@@ -1,13 +1,11 @@
-"""Runner configuration, read once from the environment."""
+"""Runner configuration; the server builds it from its settings (``api.settings``)."""
 
 from __future__ import annotations
 
-import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults, load_defaults
+from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults
 from runner_assembly.assembly.profiles import PROFILES
 from runner_assembly.assembly.workspace_root import check_root_setting
 from runner_assembly.runner.launch import isolated_python
@@ -20,12 +18,7 @@ runner (isolated, without ``site``) from the directory that holds this package; 
 nothing but the standard library."""
 
 
-def _budgets(text: str) -> dict[str, str]:
-    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
-    return {queue.strip(): budget.strip() for queue, budget in pairs}
-
-
-def _workspace_root(root: str | None, data_dir: Path) -> str | None:
+def workspace_root(root: str | None, data_dir: Path) -> str | None:
     """``SVC_WORKSPACE_ROOT`` checked against ``/app``, the secret store and the session
     volumes (``ValueError``: the server refuses to start)."""
     if not root:
@@ -33,17 +26,6 @@ def _workspace_root(root: str | None, data_dir: Path) -> str | None:
     protected = [("the secret store", data_dir / "secrets"),
                  ("the session directories", data_dir / "sessions")]
     return str(check_root_setting(root, protected))
-
-
-def _seconds(env: os._Environ[str], name: str, default: float) -> float:
-    text = env.get(name) or str(default)
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {text!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -96,41 +78,6 @@ class RunnerSettings:
         if isinstance(configured, list):
             return tuple(configured)
         return SPEC_SMOKE_TOOLS if self.driver == "kubernetes" else ("git",)
-
-    @classmethod
-    def from_env(cls, data_dir: Path) -> RunnerSettings:
-        """Settings from ``SVC_*`` variables (see README)."""
-        env = os.environ
-        commands = {}
-        for profile in PROFILES:
-            line = env.get(f"SVC_BACKEND_COMMAND_{profile.upper().replace('-', '_')}")
-            commands[profile] = tuple(shlex.split(line)) if line else REFERENCE_BACKEND
-        return cls(
-            data_dir=data_dir,
-            driver=env.get("SVC_RUNNER_DRIVER", "local"),
-            namespace=env.get("SVC_SECRET_NAMESPACE", DEFAULT_NAMESPACE),
-            default_profile=env.get("SVC_DEFAULT_BACKEND_PROFILE", "profile-1"),
-            backend_commands=commands,
-            retention=env.get("SVC_RUNNER_RETENTION") == "1",
-            retention_capacity=int(env.get("SVC_RUNNER_CAPACITY", "8")),
-            timeout_budgets=_budgets(env.get("SVC_QUEUE_TIMEOUT_BUDGETS", "")),
-            faults=frozenset(f for f in env.get("SVC_FAULTS", "").split(",") if f),
-            defaults=load_defaults(env.get("SVC_RUNTIME_DEFAULTS")),
-            storage_class=env.get("SVC_SESSION_STORAGE_CLASS", "local-path"),
-            rollout_subdir=env.get("SVC_BACKEND_ROLLOUT_SUBDIR", "sessions"),
-            resource_bin_path=env.get("SVC_RESOURCE_BIN_PATH") or None,
-            workspace_root=_workspace_root(env.get("SVC_WORKSPACE_ROOT"), data_dir),
-            kubernetes_api=env.get("SVC_KUBERNETES_API") or None,
-            session_ttl_s=int(env.get("SVC_SESSION_TTL_S", str(7 * 24 * 3600))),
-            session_gc_interval_ms=int(env.get("SVC_SESSION_GC_INTERVAL_MS", "300000")),
-            session_sync_interval_ms=int(env.get("SVC_SESSION_SYNC_INTERVAL_MS", "1000")),
-            local_sandbox=env.get("SVC_LOCAL_SANDBOX") or "bwrap",
-            pod_sandbox=env.get("SVC_POD_SANDBOX") or "bwrap",
-            runner_api_url=env.get("SVC_RUNNER_API_URL") or None,
-            runner_heartbeat_s=_seconds(env, "SVC_RUNNER_HEARTBEAT_S", 10.0),
-            runner_lease_s=_seconds(env, "SVC_RUNNER_LEASE_S", 60.0),
-            runner_start_s=_seconds(env, "SVC_RUNNER_START_S", 600.0),
-        )
 
     @property
     def sandbox(self) -> str:

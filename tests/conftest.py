@@ -23,6 +23,7 @@ import uvicorn
 from litestar import Litestar
 
 from api.app import create_app
+from api.settings import ServiceSettings
 from ledger.database import APP_LOGIN, ensure_app_login, start_embedded, with_user
 from ledger.migrate import migrate
 from runner_assembly.settings import RunnerSettings
@@ -91,7 +92,7 @@ def runner_settings(tmp_path: Path) -> RunnerSettings:
     """Runner settings with a private data dir holding a profile-1 secret."""
     data = tmp_path / "svc-data"
     write_profile_secret(data)
-    return RunnerSettings.from_env(data)
+    return ServiceSettings.from_env().runner(data)
 
 
 @pytest.fixture

@@ -91,10 +91,19 @@ def _workers_of(pid: int) -> list[int]:
 
 
 def _relay_socket_of(pid: int) -> str:
-    """The ledger relay socket worker ``pid`` was told to write through."""
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    relay = next(item for item in environ if item.startswith(b"SVC_LEDGER_RELAY="))
-    return relay.decode().partition("@")[2]
+    """The ledger relay socket worker ``pid`` writes through (its settings are handed over
+    in a pipe): the named end of its connection to a relay, as ``ss`` pairs them."""
+    deadline = time.monotonic() + 30
+    while True:
+        listed = subprocess.run(["ss", "-xpnH"], capture_output=True, text=True).stdout
+        rows = [line.split() for line in listed.splitlines()]
+        named = {row[5]: row[4] for row in rows if len(row) > 7 and row[4] != "*"}
+        for row in rows:
+            if len(row) > 8 and f"pid={pid}," in row[8] and "svc-ledger-" in named.get(
+                    row[7], ""):
+                return named[row[7]]
+        assert time.monotonic() < deadline, f"worker {pid} has no relay connection"
+        time.sleep(0.2)
 
 
 def _alive(pid: int) -> bool:

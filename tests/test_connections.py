@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from api.server import HttpSettings, connection_cap, raise_fd_limit
+from api.settings import ServiceSettings
 from tests.conftest import SERVER_PIDS, free_port, running_api, svc_executable
 from tests.support import write_profile_secret
 
@@ -256,11 +257,11 @@ async def test_idle_connections_beyond_the_fd_limit_do_not_block_requests(
 
 
 def test_settings_and_cap() -> None:
-    assert HttpSettings.from_env({}) == HttpSettings()
-    assert HttpSettings.from_env({"SVC_SHUTDOWN_GRACE_S": "3"}).shutdown_grace_s == 3
+    assert ServiceSettings.from_env({}).http() == HttpSettings()
+    assert ServiceSettings.from_env({"SVC_SHUTDOWN_GRACE_S": "3"}).http().shutdown_grace_s == 3
     for bad in ("0", "-1", "soon"):
         try:
-            HttpSettings.from_env({"SVC_HTTP_BODY_TIMEOUT_S": bad})
+            ServiceSettings.from_env({"SVC_HTTP_BODY_TIMEOUT_S": bad}).http()
         except ValueError as error:
             assert "SVC_HTTP_BODY_TIMEOUT_S" in str(error)
         else:

@@ -20,10 +20,10 @@ from openapi_spec_validator import validate as validate_openapi
 from api import examples
 from api.app import create_app
 from api.docs_ui import ASSETS, assets_dir
+from api.settings import ServiceSettings
 from ledger.errors import DomainError
 from projections.queries import CURSOR_PATTERN
 from runner_assembly.assembly import model
-from runner_assembly.settings import RunnerSettings
 from tests.support import task_body
 
 Client = httpx.AsyncClient
@@ -47,7 +47,7 @@ def body_readers(_client: Client) -> list[str]:
     """Every POST path whose handler reads the request body (of an app built for its routes
     only: it never starts)."""
     found = []
-    routes = create_app("postgresql://unused/none", settings=RunnerSettings.from_env(
+    routes = create_app("postgresql://unused/none", settings=ServiceSettings.from_env().runner(
         Path(tempfile.gettempdir()))).routes
     for route in routes:
         if not isinstance(route, HTTPRoute):

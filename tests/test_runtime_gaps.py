@@ -19,6 +19,7 @@ import msgspec
 import pytest
 
 from api import wire
+from api.settings import ServiceSettings
 from cli import render
 from runner_assembly.assembly.capability import MAX_TOOLS, startup_record
 from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, TOOLS_BUNDLE_SMOKE_TOOLS
@@ -249,9 +250,9 @@ def test_a_workspace_root_overlapping_a_protected_path_is_refused_at_startup(
     for root, reason in refused.items():
         monkeypatch.setenv("SVC_WORKSPACE_ROOT", root)
         with pytest.raises(ValueError, match=reason):
-            RunnerSettings.from_env(data)
+            ServiceSettings.from_env().runner(data)
     monkeypatch.setenv("SVC_WORKSPACE_ROOT", str(tmp_path / "ws"))
-    assert RunnerSettings.from_env(data).workspace_root == str(tmp_path / "ws")
+    assert ServiceSettings.from_env().runner(data).workspace_root == str(tmp_path / "ws")
 
 
 def test_svc_serve_refuses_a_workspace_root_on_app_in_one_line(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.settings import ServiceSettings
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.drivers import DriverError
 from runner_assembly.drivers.local import LocalDriver
@@ -101,10 +102,10 @@ async def test_a_hostile_backend_reads_nothing_outside_its_own_job(
     (tmp_path / "first").mkdir()
     monkeypatch.setenv("SVC_BACKEND_COMMAND_PROFILE_1",
                        " ".join(hostile_backend(tmp_path / "first", {})))
-    first = await run_task(database_url, RunnerSettings.from_env(data), "s_other")
+    first = await run_task(database_url, ServiceSettings.from_env().runner(data), "s_other")
     assert first["task"]["state"] == "completed"
     assert first["health"]["sandbox"] == "bwrap"
-    (victim,) = job_dirs(RunnerSettings.from_env(data))
+    (victim,) = job_dirs(ServiceSettings.from_env().runner(data))
     secrets = data / "secrets"
     private_tmp = Path("/tmp") / f"svc-sandbox-probe-{uuid.uuid4().hex}"
     probes = {
@@ -130,7 +131,7 @@ async def test_a_hostile_backend_reads_nothing_outside_its_own_job(
     }
     monkeypatch.setenv("SVC_BACKEND_COMMAND_PROFILE_1",
                        " ".join(hostile_backend(tmp_path, probes)))
-    settings = RunnerSettings.from_env(data)
+    settings = ServiceSettings.from_env().runner(data)
     second = await run_task(database_url, settings, "s_hostile")
     assert second["task"]["state"] == "completed", second["task"]
     (job,) = [j for j in job_dirs(settings) if j != victim]

@@ -16,7 +16,6 @@ session) it creates in ``spec.json``; the runner gets no other way in.
 
 from __future__ import annotations
 
-import os
 import random
 
 from ledger.states import FailureKind
@@ -85,8 +84,9 @@ def crash_after_reserve(faults: frozenset[str]) -> None:
     crash_at(faults, "crash-after-reserve")
 
 
-def wrap(driver: RunnerDriver, faults: frozenset[str]) -> RunnerDriver:
-    """The driver, wrapped when a driver fault is configured."""
+def wrap(driver: RunnerDriver, faults: frozenset[str], seed: int = 0) -> RunnerDriver:
+    """The driver, wrapped when a driver fault is configured (its draws seeded with
+    ``seed``: ``SVC_FAULT_SEED``)."""
     if _probability(faults, "create-timeout") > 0:
-        return FaultyDriver(driver, faults, int(os.environ.get("SVC_FAULT_SEED", "0")))
+        return FaultyDriver(driver, faults, seed)
     return driver
