@@ -169,7 +169,7 @@ class QueueApi:
             if preview is not None:
                 return dry_run(preview)
             detail = await self.task_detail(task_id, work_ready_summary())
-            outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
+            outcome_of(detail.latest_attempt.state if detail.latest_attempt else "none")
             return detail
 
     async def refresh(self, task_id: str, dry: bool) -> wire.TaskDetail | wire.DryRun:
