@@ -130,8 +130,8 @@ class Supervisor(msgspec.Struct, rename="camel"):
 
 
 class Answer(msgspec.Struct, rename="camel", frozen=True):
-    """Base of the answer types built from projection rows: camelCase names (each one's
-    fields keyword-only, as ``kw_only`` is not inherited)."""
+    """Base of the answers built from projection rows: camelCase names. Each subclass states
+    ``kw_only`` itself (msgspec does not inherit it)."""
 
 
 class LatestAttempt(Answer, kw_only=True, frozen=True):
