@@ -186,7 +186,7 @@ class QueueApi:
             await self.dispatcher.dispatch(task_id, body.attempt_id,
                                            dict(body.transient_env or {}))
             detail = await self.task_detail(task_id, work_ready_summary())
-            outcome_of(detail.latest_attempt["state"] if detail.latest_attempt else "none")
+            outcome_of(detail.latest_attempt.state if detail.latest_attempt else "none")
             return detail
 
     async def preview_dispatch(self, task_id: str, body: wire.DispatchBody) -> wire.DryRun:

@@ -8,8 +8,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
-from projections.rows import JsonObject, SessionHead, StorageFields, TurnFields
+from api.wire import Answer, BackendProfile, Camel, Identifier, Prompt, Reason
+from ledger.states import SessionStatus, StorageKind, TurnStatus
+from projections.rows import JsonObject
 from runner_assembly.assembly import model
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
@@ -83,16 +84,53 @@ class StorageSummaryBody(Camel, frozen=True):
     storage_updated_at: Timestamp | None = None
 
 
-class Storage(StorageFields, rename="camel", frozen=True):
+class Storage(Answer, kw_only=True, frozen=True):
     """The storage fields of SPEC 2.6, as the runner last summarised them."""
 
+    storage_kind: StorageKind
+    pvc_name: str | None
+    pvc_phase: str | None
+    storage_size_bytes: int | None
+    storage_files_count: int | None
+    storage_sha256: str | None
+    storage_updated_at: datetime | None
+    expires_at: datetime
 
-class Turn(TurnFields, rename="camel", kw_only=True, frozen=True):
+
+class Turn(Answer, kw_only=True, frozen=True):
     """One command of a run in the session and its runner job."""
 
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    task_id: str | None
+    thread_id: str | None
+    resumed: bool
+    status: TurnStatus
+    failure_kind: str | None
+    exit_code: int | None
+    created_at: datetime
+    finished_at: datetime | None
 
-class SessionItem(SessionHead, rename="camel", kw_only=True, frozen=True):
-    """A session in a list."""
+
+class SessionItem(Answer, kw_only=True, frozen=True):
+    """A session in a list, with ``unread`` for the reader."""
+
+    session_id: str
+    conversation_id: str
+    thread_id: str | None
+    backend_profile: str
+    state: SessionStatus
+    unread: bool
+    storage_kind: StorageKind
+    latest_run_id: str | None
+    latest_task_id: str | None
+    turns: int
+    failure_kind: str | None
+    version: int
+    change_seq: int
+    expires_at: datetime
+    updated_at: datetime
 
 
 class SessionDetail(SessionItem, kw_only=True, frozen=True):

@@ -1,4 +1,5 @@
-"""Conversions from projection rows and query results to wire types (one place)."""
+"""Conversions from projection rows and query results to wire types (one place): each
+answer is built field by field, so a row's column reaches the wire only when mapped here."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from projections.rows import (
     RunView,
     SessionHead,
     SessionView,
+    StatsCounter,
+    StorageFields,
+    TaskItemRow,
     TurnFields,
 )
 from projections.task_summary import TaskSummaryRow
@@ -38,23 +42,18 @@ def session_path(session_id: str) -> str:
     return SESSION_PATH.format(session_id)
 
 
-def _task_session_path(latest_attempt: JsonObject | None) -> str | None:
-    return session_path(latest_attempt["sessionId"]) if latest_attempt else None
-
-
-def latest_attempt(stored: JsonObject | None) -> JsonObject | None:
-    """The ``latestAttempt`` answer of a stored summary: ``sessionPath`` computed here (a
-    projection holds no HTTP path) and placed right after ``sessionId``."""
+def latest_attempt(stored: JsonObject | None) -> wire.LatestAttempt | None:
+    """The ``latestAttempt`` answer of a stored summary's JSON object, with ``sessionPath``
+    computed here (a projection holds no HTTP path)."""
     if stored is None:
         return None
-    shown: JsonObject = {}
-    for name, value in stored.items():
-        if name == "sessionPath":
-            continue
-        shown[name] = value
-        if name == "sessionId":
-            shown["sessionPath"] = session_path(value)
-    return shown
+    session_id = stored["sessionId"]
+    return wire.LatestAttempt(
+        attempt_id=stored["attemptId"], retry_index=stored["retryIndex"],
+        state=AttemptStatus(stored["state"]), run_id=stored["runId"],
+        command_id=stored["commandId"], runner_job_id=stored["runnerJobId"],
+        session_id=session_id, session_path=session_path(session_id),
+        failure_kind=stored["failureKind"], failure_message=stored["failureMessage"])
 
 
 def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
@@ -67,33 +66,53 @@ def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
         timeout_budget=budgets.get(queue), recovery=recovery)
 
 
-def _attempt_id(latest_attempt: JsonObject | None) -> str | None:
-    return latest_attempt["attemptId"] if latest_attempt else None
+def _attempt_id(latest: wire.LatestAttempt | None) -> str | None:
+    return latest.attempt_id if latest else None
+
+
+def _task_item(row: TaskItemRow | TaskSummaryRow, budgets: Budgets) -> wire.TaskItem:
+    """The list fields of a task, from a list row or a summary row."""
+    latest = latest_attempt(row.latest_attempt)
+    return wire.TaskItem(
+        task_id=row.task_id, tenant_id=row.tenant_id, project_id=row.project_id,
+        queue=row.queue, lane=row.lane, title=row.title, priority=row.priority,
+        state=row.state, backend_profile=row.backend_profile, summary=row.summary,
+        version=row.version, change_seq=row.change_seq, latest_attempt=latest,
+        session_path=latest.session_path if latest else None,
+        created_at=row.created_at, updated_at=row.updated_at,
+        supervisor=supervisor(row.task_id, row.queue, row.state, row.change_seq,
+                              _attempt_id(latest), budgets))
 
 
 def task_detail(row: TaskSummaryRow, contract: JsonObject, budgets: Budgets,
                 work_ready: JsonObject | None = None) -> wire.TaskDetail:
     """The task detail of a summary row and its contract."""
-    sup = supervisor(row.task_id, row.queue, row.state, row.change_seq,
-                     _attempt_id(row.latest_attempt), budgets)
-    fields = msgspec.structs.asdict(row)
-    fields["latest_attempt"] = latest_attempt(row.latest_attempt)
-    del fields["latest_started_at"]
-    return wire.TaskDetail(**fields, session_path=_task_session_path(row.latest_attempt),
-                           contract=contract, supervisor=sup, work_ready=work_ready)
+    return wire.TaskDetail(
+        **msgspec.structs.asdict(_task_item(row, budgets)),
+        payload_hash=row.payload_hash, creator=row.creator, contract=contract,
+        work_ready=work_ready, attempt_count=row.attempt_count,
+        last_duration_ms=row.last_duration_ms)
 
 
 def task_list(page: TaskPage, budgets: Budgets) -> wire.TaskList:
     """A list page."""
-    items = [
-        wire.TaskItem(**{**msgspec.structs.asdict(row),
-                         "latest_attempt": latest_attempt(row.latest_attempt)},
-                      session_path=_task_session_path(row.latest_attempt),
-                      supervisor=supervisor(row.task_id, row.queue, row.state, row.change_seq,
-                                            _attempt_id(row.latest_attempt), budgets))
-        for row in page.rows
-    ]
-    return wire.TaskList(items=items, next_cursor=page.next_cursor, change_seq=page.high_water)
+    return wire.TaskList(items=[_task_item(row, budgets) for row in page.rows],
+                         next_cursor=page.next_cursor, change_seq=page.high_water)
+
+
+def _attempt_supervisor(row: AttemptRow, budgets: Budgets, queue: str) -> wire.Supervisor:
+    """An attempt's supervisor: a reserved attempt's phase is ``reserved``, and its recovery
+    resumes it."""
+    reserved = row.state == AttemptStatus.RESERVED
+    sup = supervisor(row.task_id, queue,
+                     TaskStatus.PENDING if reserved else TaskStatus(row.state), row.change_seq,
+                     row.attempt_id, budgets)
+    if not reserved:
+        return sup
+    return msgspec.structs.replace(
+        sup, phase="reserved",
+        recovery=("retry with the same --idempotency-key to resume"
+                  if row.idempotency_key else f"svc queue dispatch {row.task_id}"))
 
 
 def attempt(row: AttemptRow, budgets: Budgets, queue: str,
@@ -102,35 +121,44 @@ def attempt(row: AttemptRow, budgets: Budgets, queue: str,
     started, finished = row.started_at, row.finished_at
     duration = (int((finished - started).total_seconds() * 1000)
                 if started is not None and finished is not None else None)
-    reserved = row.state == AttemptStatus.RESERVED
-    sup = supervisor(row.task_id, queue,
-                     TaskStatus.PENDING if reserved else TaskStatus(row.state), row.change_seq,
-                     row.attempt_id, budgets)
-    if reserved:
-        sup = msgspec.structs.replace(
-            sup, phase="reserved",
-            recovery=("retry with the same --idempotency-key to resume"
-                      if row.idempotency_key else f"svc queue dispatch {row.task_id}"))
-    output = wire.OutputRef(session_id=row.session_id, runner_job_id=row.runner_job_id,
-                            path=f"{session_path(row.session_id)}/output")
-    return wire.Attempt(**msgspec.structs.asdict(row), session_path=session_path(row.session_id),
-                        duration_ms=duration, supervisor=sup, output_ref=output,
-                        judge_runs=[judge_run(j) for j in judges
-                                    if j.attempt_id == row.attempt_id])
+    path = session_path(row.session_id)
+    return wire.Attempt(
+        attempt_id=row.attempt_id, task_id=row.task_id, retry_index=row.retry_index,
+        state=row.state, idempotency_key=row.idempotency_key, reason=row.reason,
+        previous_attempt_id=row.previous_attempt_id, run_id=row.run_id,
+        command_id=row.command_id, runner_job_id=row.runner_job_id,
+        session_id=row.session_id, session_path=path, backend_profile=row.backend_profile,
+        failure_kind=row.failure_kind, failure_message=row.failure_message,
+        exit_code=row.exit_code, change_seq=row.change_seq, created_at=row.created_at,
+        started_at=started, finished_at=finished, updated_at=row.updated_at,
+        duration_ms=duration, supervisor=_attempt_supervisor(row, budgets, queue),
+        output_ref=wire.OutputRef(session_id=row.session_id, runner_job_id=row.runner_job_id,
+                                  path=f"{path}/output"),
+        judge_runs=[judge_run(j) for j in judges if j.attempt_id == row.attempt_id])
 
 
 def judge_run(row: JudgeRunRow) -> wire.JudgeRun:
     """A recorded judge run, linked to its attempt by (taskId, attemptId)."""
-    return wire.JudgeRun(**msgspec.structs.asdict(row))
+    return wire.JudgeRun(
+        task_id=row.task_id, judge_id=row.judge_id, attempt_id=row.attempt_id,
+        judge=row.judge, result=row.result, failure_kind=row.failure_kind,
+        retry_suggested=row.retry_suggested, retry_reason=row.retry_reason,
+        summary=row.summary, request=row.request, change_seq=row.change_seq,
+        created_at=row.created_at)
+
+
+def _stats_row(row: StatsCounter) -> wire.StatsRow:
+    return wire.StatsRow(queue=row.queue, lane=row.lane, state=row.state,
+                         backend_profile=row.backend_profile, count=row.count)
 
 
 def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
     """The stats answer."""
-    rows = [wire.StatsRow(**msgspec.structs.asdict(r)) for r in result.rows]
     return wire.QueueStats(
         queue=queue, total=sum(result.by_state.values()), by_state=result.by_state,
-        by_lane=result.by_lane, by_backend_profile=result.by_profile, rows=rows,
-        truncated=result.truncated, change_seq=result.high_water,
+        by_lane=result.by_lane, by_backend_profile=result.by_profile,
+        rows=[_stats_row(r) for r in result.rows], truncated=result.truncated,
+        change_seq=result.high_water,
     )
 
 
@@ -143,35 +171,63 @@ def commander(queue: str | None, reader_id: str | None, result: CommanderResult,
 
 
 def _commander_item(item: CommanderRow, budgets: Budgets) -> wire.CommanderItem:
+    latest = latest_attempt(item.latest_attempt)
     sup = supervisor(item.task_id, item.queue, item.state, item.change_seq,
-                     _attempt_id(item.latest_attempt), budgets)
+                     _attempt_id(latest), budgets)
     return wire.CommanderItem(
         task_id=item.task_id, queue=item.queue, lane=item.lane, title=item.title,
         state=item.state, version=item.version, unread=item.unread,
-        session_path=_task_session_path(item.latest_attempt), supervisor=sup,
-        failure_kind=item.latest_attempt.get("failureKind") if item.latest_attempt else None,
+        session_path=latest.session_path if latest else None, supervisor=sup,
+        failure_kind=latest.failure_kind if latest else None,
     )
 
 
 def session_item(row: SessionHead) -> sw.SessionItem:
     """A session of a list."""
-    return sw.SessionItem(**msgspec.structs.asdict(row))
+    return sw.SessionItem(
+        session_id=row.session_id, conversation_id=row.conversation_id,
+        thread_id=row.thread_id, backend_profile=row.backend_profile, state=row.state,
+        unread=row.unread, storage_kind=row.storage_kind, latest_run_id=row.latest_run_id,
+        latest_task_id=row.latest_task_id, turns=row.turns, failure_kind=row.failure_kind,
+        version=row.version, change_seq=row.change_seq, expires_at=row.expires_at,
+        updated_at=row.updated_at)
+
+
+def _storage(row: StorageFields) -> sw.Storage:
+    return sw.Storage(
+        storage_kind=row.storage_kind, pvc_name=row.pvc_name, pvc_phase=row.pvc_phase,
+        storage_size_bytes=row.storage_size_bytes,
+        storage_files_count=row.storage_files_count, storage_sha256=row.storage_sha256,
+        storage_updated_at=row.storage_updated_at, expires_at=row.expires_at)
+
+
+def _turn(row: TurnFields) -> sw.Turn:
+    return sw.Turn(
+        run_id=row.run_id, command_id=row.command_id, runner_job_id=row.runner_job_id,
+        task_id=row.task_id, thread_id=row.thread_id, resumed=row.resumed, status=row.status,
+        failure_kind=row.failure_kind, exit_code=row.exit_code, created_at=row.created_at,
+        finished_at=row.finished_at)
 
 
 def session_detail(row: SessionView, turns: list[TurnFields], output_last_seq: int,
                    trace_last_seq: int, reader_id: str) -> sw.SessionDetail:
     """A session with its storage, recent turns and line heads."""
-    fields = msgspec.structs.asdict(row)
-    fields["storage"] = sw.Storage(**msgspec.structs.asdict(row.storage))
     return sw.SessionDetail(
-        **fields, recent_turns=[sw.Turn(**msgspec.structs.asdict(t)) for t in turns],
+        **msgspec.structs.asdict(session_item(row)), run_id=row.run_id,
+        storage=_storage(row.storage), recent_turns=[_turn(t) for t in turns],
         output_last_seq=output_last_seq, trace_last_seq=trace_last_seq, reader_id=reader_id,
         session_path=session_path(row.session_id))
 
 
 def runner_job(row: RunView) -> wire.RunnerJob:
     """The runner-job view of a run."""
-    return wire.RunnerJob(**msgspec.structs.asdict(row))
+    return wire.RunnerJob(
+        run_id=row.run_id, task_id=row.task_id, attempt_id=row.attempt_id,
+        attempt_state=row.attempt_state, runner_job_id=row.runner_job_id,
+        session_id=row.session_id, backend_profile=row.backend_profile, driver=row.driver,
+        status=row.status, exit_code=row.exit_code, failure_kind=row.failure_kind,
+        failure_message=row.failure_message, plan=row.plan, assembly=row.assembly,
+        runner_startup=row.runner_startup, change_seq=row.change_seq)
 
 
 def plan(command: str, task_id: str | None, before: object, after: object,

@@ -1,4 +1,5 @@
-"""Wire types: small camelCase msgspec Structs, separate from events and projection rows."""
+"""Wire types: small camelCase msgspec Structs, separate from events and projection rows
+(each answer type stands alone; ``api.views`` maps rows onto it field by field)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ledger.states import AttemptStatus
-from projections.rows import (
-    CommanderHead,
-    JsonObject,
-    JudgeRunRow,
-    RunnerJobHead,
-    StatsCounter,
-    TaskHead,
-)
+from ledger.states import AttemptStatus, RunStatus, TaskStatus
+from projections.rows import JsonObject
 from runner_assembly.assembly import model
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
@@ -135,9 +129,42 @@ class Supervisor(msgspec.Struct, rename="camel"):
     recovery: str
 
 
-class TaskItem(TaskHead, rename="camel", kw_only=True, frozen=True):
+class Answer(msgspec.Struct, rename="camel", frozen=True):
+    """Base of the answers built from projection rows: camelCase names. Each subclass states
+    ``kw_only`` itself (msgspec does not inherit it)."""
+
+
+class LatestAttempt(Answer, kw_only=True, frozen=True):
+    """A task's latest attempt in brief (``latestAttempt``), with its session's path."""
+
+    attempt_id: str
+    retry_index: int
+    state: AttemptStatus
+    run_id: str
+    command_id: str
+    runner_job_id: str
+    session_id: str
+    session_path: str
+    failure_kind: str | None
+    failure_message: str | None
+
+
+class TaskItem(Answer, kw_only=True, frozen=True):
     """A task as it appears in lists."""
 
+    task_id: str
+    tenant_id: str
+    project_id: str
+    queue: str
+    lane: str
+    title: str
+    priority: int
+    state: TaskStatus
+    backend_profile: str | None
+    summary: str
+    version: int
+    change_seq: int
+    latest_attempt: LatestAttempt | None
     session_path: str | None
     created_at: datetime
     updated_at: datetime
@@ -213,8 +240,21 @@ class JudgeBody(Camel, frozen=True):
     dry_run: bool = False
 
 
-class JudgeRun(JudgeRunRow, kw_only=True, frozen=True):
+class JudgeRun(Answer, kw_only=True, frozen=True):
     """A recorded judge run (SPEC 2.3), linked to its attempt by (taskId, attemptId)."""
+
+    task_id: str
+    judge_id: str
+    attempt_id: str
+    judge: str
+    result: str
+    failure_kind: str | None
+    retry_suggested: bool
+    retry_reason: str | None
+    summary: str | None
+    request: JsonObject
+    change_seq: int
+    created_at: datetime
 
 
 class AttemptList(msgspec.Struct, rename="camel"):
@@ -233,8 +273,14 @@ class TaskList(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class StatsRow(StatsCounter, rename="camel", frozen=True):
+class StatsRow(Answer, kw_only=True, frozen=True):
     """One counter of the queue stats."""
+
+    queue: str
+    lane: str
+    state: TaskStatus
+    backend_profile: str | None
+    count: int
 
 
 class QueueStats(msgspec.Struct, rename="camel"):
@@ -250,9 +296,15 @@ class QueueStats(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class CommanderItem(CommanderHead, rename="camel", kw_only=True, frozen=True):
+class CommanderItem(Answer, kw_only=True, frozen=True):
     """A task in the commander view, most urgent first."""
 
+    task_id: str
+    queue: str
+    lane: str
+    title: str
+    state: TaskStatus
+    version: int
     unread: bool | None
     session_path: str | None
     supervisor: Supervisor
@@ -270,9 +322,25 @@ class CommanderView(msgspec.Struct, rename="camel"):
     change_seq: int
 
 
-class RunnerJob(RunnerJobHead, rename="camel", kw_only=True, frozen=True):
+class RunnerJob(Answer, kw_only=True, frozen=True):
     """A run's runner job: its value-free plan, status and the runner's assembly event."""
 
+    run_id: str
+    task_id: str
+    attempt_id: str
+    attempt_state: AttemptStatus | None
+    runner_job_id: str
+    session_id: str
+    backend_profile: str
+    driver: str | None
+    status: RunStatus
+    exit_code: int | None
+    failure_kind: str | None
+    failure_message: str | None
+    plan: JsonObject | None
+    assembly: JsonObject | None
+    runner_startup: JsonObject | None = None
+    """The runner's startup event: its work-ready capability summary (SPEC 2.11, 6)."""
     values_printed: bool = False
     change_seq: int
 

@@ -95,15 +95,11 @@ def iso(moment: datetime) -> str:
 def task_line(task: wire.TaskItem) -> str:
     """One compact line for a task (its failure classification when it has one)."""
     profile = task.backend_profile or "-"
-    kind = _failure_kind(task.latest_attempt)
+    attempt = task.latest_attempt
+    kind = attempt.failure_kind if attempt is not None else None
     failure = f"  failure={kind}" if kind else ""
     return (f"{task.task_id}  {task.state:<9}  v{task.version:<3} "
             f"{task.queue}/{task.lane}  {profile}{failure}  {task.title[:60]}")
-
-
-def _failure_kind(latest_attempt: JsonObject | None) -> str | None:
-    kind = latest_attempt.get("failureKind") if latest_attempt else None
-    return kind if isinstance(kind, str) else None
 
 
 def supervisor_text(sup: wire.Supervisor) -> str:
@@ -155,10 +151,10 @@ def task_summary(task: wire.TaskDetail) -> None:
     out(f"  summary: {task.summary}")
     out(f"  changeSeq: {task.change_seq}  updatedAt: {iso(task.updated_at)}")
     attempt = task.latest_attempt
-    if attempt:
-        out(f"  attempt: {attempt.get('attemptId')} #{attempt.get('retryIndex')}"
-            f" {attempt.get('state')} failure={attempt.get('failureKind') or '-'}"
-            f" run={attempt.get('runId')} session={attempt.get('sessionId')}")
+    if attempt is not None:
+        out(f"  attempt: {attempt.attempt_id} #{attempt.retry_index} {attempt.state}"
+            f" failure={attempt.failure_kind or '-'} run={attempt.run_id}"
+            f" session={attempt.session_id}")
     session = task.session_path
     out(f"  sessionPath: {session or '- (not dispatched)'}")
     out(supervisor_line(task.supervisor))

@@ -287,3 +287,18 @@ async def test_storage_refresh_takes_any_spelling_of_the_empty_object(client: Cl
     assert answers[0].status_code < 500 and answers[0].status_code != 400, answers[0].text
     partial = await client.post(path, json={"storageSizeBytes": 1})
     assert partial.status_code == 400
+
+
+async def test_latest_attempt_is_a_typed_object(client: Client) -> None:
+    """``latestAttempt`` of a task (list item and detail) is the ``LatestAttempt`` schema, every
+    field named and required, its state the attempt states."""
+    schemas = (await document(client))["components"]["schemas"]
+    typed = {"oneOf": [{"$ref": "#/components/schemas/LatestAttempt"}, {"type": "null"}]}
+    for owner in ("TaskItem", "TaskDetail"):
+        assert schemas[owner]["properties"]["latestAttempt"] == typed, owner
+    latest = schemas["LatestAttempt"]
+    names = {"attemptId", "retryIndex", "state", "runId", "commandId", "runnerJobId",
+             "sessionId", "sessionPath", "failureKind", "failureMessage"}
+    assert latest["type"] == "object"
+    assert set(latest["properties"]) == set(latest["required"]) == names
+    assert latest["properties"]["state"] == {"$ref": "#/components/schemas/AttemptStatus"}
