@@ -1,4 +1,5 @@
-"""Row types of the read queries: msgspec Structs with camelCase names, extended by the wire."""
+"""Row types of the read queries: msgspec Structs with camelCase names, mapped to wire types
+by `api/views.py`."""
 
 from __future__ import annotations
 
