@@ -11,10 +11,9 @@ from msgspec import Meta
 from api.wire import BackendProfile, Camel, Identifier, Prompt, Reason
 from projections.rows import JsonObject, SessionHead, StorageFields, TurnFields
 from runner_assembly.assembly import model
+from runner_assembly.contract.messages import ThreadId
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
-ThreadId = Annotated[str, Meta(min_length=1, max_length=128,
-                               pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 CommandId = Annotated[str, Meta(min_length=4, max_length=128, pattern=r"^cmd_[A-Za-z0-9._:@-]*$")]
 Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 Files = Annotated[int, Meta(ge=0, le=2**31 - 1)]

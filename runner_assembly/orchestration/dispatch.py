@@ -68,6 +68,7 @@ from runner_assembly.assembly.secret_store import (
     SecretStore,
 )
 from runner_assembly.assembly.transient_env import check_transient_env
+from runner_assembly.contract.jobfile import JobFile, PromptCaps
 from runner_assembly.drivers import faults
 from runner_assembly.drivers.protocol import (
     DriverError,
@@ -403,19 +404,19 @@ class Dispatcher:
         defaults = self.settings.defaults
         job_secret = {**{name: defaults.extSshEndpoints[name]
                          for name in plan.endpoint_defaults}, **transient_env}
-        return JobSpec(
+        job = JobFile(
             runner_job_id=row.runner_job_id, run_id=row.run_id, task_id=facts.task_id,
             attempt_id=plan.ids.attempt_id, session_id=row.session_id,
             backend_profile=row.backend_profile,
-            backend_command=self.settings.backend_commands[row.backend_profile],
-            prompt=facts.prompt, plan=msgspec.to_builtins(plan),
-            secret_root=str(self.settings.secrets_dir),
-            prompt_caps={"perPrompt": defaults.promptMaxBytes,
-                         "total": defaults.promptsMaxTotalBytes},
+            backend_command=list(self.settings.backend_commands[row.backend_profile]),
+            prompt=facts.prompt, plan=plan,
+            prompt_caps=PromptCaps(per_prompt=defaults.promptMaxBytes,
+                                   total=defaults.promptsMaxTotalBytes),
             new_thread=thread_id is None, thread_id=thread_id,
             resource_bin_path=self.settings.resource_bin_path,
-            workspace_root=self.settings.workspace_root,
-            job_secret=job_secret)
+            workspace_root=self.settings.workspace_root)
+        return JobSpec(job=job, secret_root=str(self.settings.secrets_dir),
+                       job_secret=job_secret)
 
     @staticmethod
     def _conversation(facts: TaskFacts, session_id: str) -> str:
