@@ -91,9 +91,7 @@ def assemble(job_path: Path) -> int:
     if isinstance(launch, ExitBody):
         return finish(life, beats, launch, life.shipper())
     beats.stop()
-    (STATE_DIR / "launch.json").write_text(json.dumps({
-        "env": launch.env, "command": life.job.backend_command,
-        "workspace": launch.env["SVC_WORKSPACE_PATH"]}))
+    (STATE_DIR / "launch.json").write_text(json.dumps({"env": launch.env}))
     return 0
 
 
