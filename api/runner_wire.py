@@ -1,87 +1,27 @@
-"""Wire types of the runner protocol (DESIGN 9): what a runner job sends and is answered."""
+"""Wire types of the runner protocol (DESIGN 9): what a runner job sends and is answered.
+
+Defined once in :mod:`runner_assembly.contract.messages`, which the runner's client encodes
+too; re-exported here for the routes.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from runner_assembly.contract.messages import (
+    MAX_ASSEMBLY_BYTES,
+    MAX_BATCH_LINES,
+    MAX_LINE_BYTES,
+    Ack,
+    AssemblyBody,
+    Channel,
+    ClaimAnswer,
+    ClaimBody,
+    ExitBody,
+    HeartbeatAnswer,
+    HeartbeatBody,
+    LinesBody,
+    ThreadBody,
+)
 
-import msgspec
-from msgspec import Meta
-
-from api.session_wire import ThreadId
-from api.wire import Camel
-
-Channel = Literal["output", "trace"]
-MAX_BATCH_LINES = 1000
-MAX_LINE_BYTES = 64 * 1024
-MAX_ASSEMBLY_BYTES = 64 * 1024
-"""The assembly event is bounded: names, paths and hashes, never contents."""
-
-
-class ClaimBody(Camel, frozen=True):
-    """Claim the job's start; ``claimant`` names this runner process (random, per start)."""
-
-    claimant: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
-    startup: dict[str, Any] | None = None
-    """The runner's startup event (SPEC 2.11): only its summary fields are kept, bounded."""
-
-
-class LinesBody(Camel, frozen=True):
-    """Batch number ``seq`` (1, 2, … per channel) of a job's output or trace lines."""
-
-    channel: Channel
-    seq: Annotated[int, Meta(ge=1, le=2**62)]
-    lines: Annotated[list[Annotated[str, Meta(max_length=MAX_LINE_BYTES)]],
-                     Meta(max_length=MAX_BATCH_LINES)]
-
-
-class AssemblyBody(Camel, frozen=True):
-    """The bounded assembly event (SPEC 6)."""
-
-    assembly: dict[str, Any]
-
-
-class ThreadBody(Camel, frozen=True):
-    """The thread the backend started or resumed."""
-
-    thread_id: ThreadId
-    mode: Literal["start", "resume"]
-
-
-class HeartbeatBody(Camel, frozen=True):
-    """A heartbeat (no fields)."""
-
-
-class ExitBody(Camel, frozen=True):
-    """How the job ended, as its runner saw it."""
-
-    state: Literal["completed", "failed", "blocked", "cancelled"]
-    exit_code: int | None = None
-    failure_kind: Annotated[str, Meta(max_length=64, pattern=r"^[a-z0-9-]+$")] | None = None
-    failure_message: Annotated[str, Meta(max_length=4000)] | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    """When the backend (or, when none ran, the runner's work) started and ended: the
-    attempt's real duration, whenever it is refreshed."""
-
-
-class ClaimAnswer(msgspec.Struct, rename="camel", frozen=True):
-    """``start``: true for the first claimant only; any other runner exits without starting
-    the backend."""
-
-    runner_job_id: str
-    start: bool
-
-
-class Ack(msgspec.Struct, rename="camel", frozen=True):
-    """A report was recorded (``accepted``) or had been already (false: a resend)."""
-
-    runner_job_id: str
-    accepted: bool
-
-
-class HeartbeatAnswer(msgspec.Struct, rename="camel", frozen=True):
-    """The lease was renewed for ``leaseSeconds``."""
-
-    runner_job_id: str
-    lease_seconds: float
+__all__ = ["MAX_ASSEMBLY_BYTES", "MAX_BATCH_LINES", "MAX_LINE_BYTES", "Ack", "AssemblyBody",
+           "Channel", "ClaimAnswer", "ClaimBody", "ExitBody", "HeartbeatAnswer",
+           "HeartbeatBody", "LinesBody", "ThreadBody"]

@@ -12,10 +12,9 @@ from api.wire import Answer, BackendProfile, Camel, Identifier, Prompt, Reason
 from ledger.states import SessionStatus, StorageKind, TurnStatus
 from projections.rows import JsonObject
 from runner_assembly.assembly import model
+from runner_assembly.contract.messages import ThreadId
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
-ThreadId = Annotated[str, Meta(min_length=1, max_length=128,
-                               pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 CommandId = Annotated[str, Meta(min_length=4, max_length=128, pattern=r"^cmd_[A-Za-z0-9._:@-]*$")]
 Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 Files = Annotated[int, Meta(ge=0, le=2**31 - 1)]

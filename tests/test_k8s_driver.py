@@ -12,11 +12,10 @@ import logging
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import kmock
 import kubernetes_validate
-import msgspec
 import pytest
 from kmock._internal import enums
 from kubernetes import client as k8s
@@ -29,11 +28,11 @@ from runner_assembly.assembly.model import ImageSource
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import FileSecretStore
+from runner_assembly.contract.jobfile import JobFile, PromptCaps
 from runner_assembly.drivers import make_driver
 from runner_assembly.drivers.k8s import KubernetesDriver, api_client, pods_alive_at
 from runner_assembly.drivers.protocol import DriverError, JobSpec
 from runner_assembly.runner import pod as pod_runner
-from runner_assembly.runner.jobspec import RunnerSpec
 from runner_assembly.runner.sandbox import pod_mounts
 from runner_assembly.settings import RunnerSettings
 from tests.support import SECRET_CANARY, write_profile_secret
@@ -117,11 +116,12 @@ def rendered_objects(plan: RunnerJobPlan) -> list[dict[str, Any]]:
 
 
 def spec_of(plan: RunnerJobPlan) -> JobSpec:
-    return JobSpec(runner_job_id="job_01abc", run_id="run_1", task_id="tsk_1",
-                   attempt_id="att_1", session_id="ses_k8s", backend_profile="profile-1",
-                   backend_command=("agent",), prompt="go", plan=msgspec.to_builtins(plan),
-                   secret_root="/var/run/svc/secrets", prompt_caps={"perPrompt": 1, "total": 1},
-                   job_secret={"LAB_API_KEY": LAB_KEY})
+    return JobSpec(job=JobFile(runner_job_id="job_01abc", run_id="run_1", task_id="tsk_1",
+                               attempt_id="att_1", session_id="ses_k8s",
+                               backend_profile="profile-1", backend_command=["agent"],
+                               prompt="go", plan=plan,
+                               prompt_caps=PromptCaps(per_prompt=1, total=1)),
+                   secret_root="/var/run/svc/secrets", job_secret={"LAB_API_KEY": LAB_KEY})
 
 
 def driver_for(server: Any, **options: Any) -> KubernetesDriver:
@@ -182,10 +182,8 @@ def test_the_backend_sandbox_shows_every_backend_mount_but_the_job_secret(
     backend itself runs under bwrap with every other mount of its container and not that."""
     plan = plan_of(tmp_path)
     (backend,) = k8s_objects.job(plan)["spec"]["template"]["spec"]["containers"]
-    spec: dict[str, Any] = {"plan": msgspec.to_builtins(plan), "backend_command": ["agent"],
-                            "resource_bin_path": None, "workspace_root": None}
-    mounts = pod_mounts(cast(RunnerSpec, spec), pod_runner.layout_of(spec),
-                        pod_runner.STATE_DIR)
+    job = spec_of(plan).job
+    mounts = pod_mounts(job, pod_runner.layout_of(job), pod_runner.STATE_DIR)
     shown = [*mounts.read_write, *mounts.read_only, *mounts.read_only_over]
     by_name = {m["name"]: Path(m["mountPath"]) for m in backend["volumeMounts"]}
     assert {"job", "session", "home", "workspace"} <= set(by_name)

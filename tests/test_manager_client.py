@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from runner_assembly.contract.messages import ExitBody
 from runner_assembly.runner import manager_client
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 
@@ -82,7 +83,7 @@ def test_reports_of_one_thread_share_one_connection() -> None:
         assert client.claim("c1") is True
         client.heartbeat()
         client.lines("output", 1, ["a"])
-        client.exit({"state": "completed"})
+        client.exit(ExitBody(state="completed"))
     assert server.connections == 1
     assert [path for path, _, _ in server.requests] == [
         "/base/api/v1/runner/jobs/job_1/claim", "/base/api/v1/runner/jobs/job_1/heartbeat",

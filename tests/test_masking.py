@@ -126,18 +126,19 @@ def test_one_mebibyte_of_adversarial_text_is_linear() -> None:
 
 
 def test_pod_registers_env_transient_and_volume_secrets(tmp_path: Path) -> None:
+    from runner_assembly.contract.plan import EnvEntry, SecretUse
     from runner_assembly.runner.pod import register_pod_secrets
 
     (tmp_path / "id_ed25519").write_text("-----BEGIN KEY-----\nvolume-secret-line\n")
-    plan = {"env": [{"name": "GIT_HOST_TOKEN", "source": "secret"},
-                    {"name": "LAB_API_KEY", "source": "per-job-secret"},
-                    {"name": "EXT_SSH_ENDPOINT", "source": "per-job-secret"},
-                    {"name": "HOME", "source": "static"}],
-            "transientEnv": {"names": ["LAB_API_KEY"]},
-            "secrets": [{"role": "tool", "mountPath": str(tmp_path), "keys": ["id_ed25519"]}]}
+    entries = [EnvEntry(name="GIT_HOST_TOKEN", source="secret"),
+               EnvEntry(name="LAB_API_KEY", source="per-job-secret"),
+               EnvEntry(name="EXT_SSH_ENDPOINT", source="per-job-secret"),
+               EnvEntry(name="HOME", source="static")]
+    uses = [SecretUse(role="tool", name="tool-key", namespace="svc", keys=["id_ed25519"],
+                      projection="volume", mount_path=str(tmp_path))]
     env = {"GIT_HOST_TOKEN": "tool-token-value", "LAB_API_KEY": "lab-key-value",
            "EXT_SSH_ENDPOINT": "ssh.example:22", "HOME": "/home/svc"}
     masker = Masker()
-    register_pod_secrets(masker, plan, env)
+    register_pod_secrets(masker, entries, ["LAB_API_KEY"], uses, env)
     text = "tool-token-value lab-key-value volume-secret-line ssh.example:22 /home/svc"
     assert masker.mask_text(text) == f"{MASK} {MASK} {MASK} ssh.example:22 /home/svc"

@@ -25,6 +25,7 @@ from runner_assembly.assembly.capability import MAX_TOOLS, startup_record
 from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, TOOLS_BUNDLE_SMOKE_TOOLS
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 from runner_assembly.assembly.workspace_root import check_checkout
+from runner_assembly.contract.plan import SecretUse
 from runner_assembly.runner import smoke
 from runner_assembly.runner.capabilities import capability_gaps
 from runner_assembly.runner.layout import Layout
@@ -146,10 +147,11 @@ def test_capability_gaps_name_the_capability_the_tool_and_what_needs_it(tmp_path
     (path / "ssh").chmod(0o755)
     smoke_found = [{"name": "git", "found": False}, {"name": "curl", "found": False},
                    {"name": "ssh", "found": True}]
-    uses = [{"role": "provider", "tool": None},
-            {"role": "tool", "tool": "git-host", "purpose": "pull-request"},
-            {"role": "tool", "tool": "git-host", "purpose": "git-host-ssh"},
-            {"role": "tool", "tool": "ext-ssh", "purpose": "ssh-passthrough"}]
+    refs: dict[str, Any] = {"name": "s", "namespace": "svc", "keys": ["k"], "projection": "env"}
+    uses = [SecretUse(role="provider", tool=None, **refs),
+            SecretUse(role="tool", tool="git-host", purpose="pull-request", **refs),
+            SecretUse(role="tool", tool="git-host", purpose="git-host-ssh", **refs),
+            SecretUse(role="tool", tool="ext-ssh", purpose="ssh-passthrough", **refs)]
     gaps = capability_gaps(uses, smoke_found, str(path))
     assert gaps == [
         {"capability": "http-client", "tool": "curl", "requiredBy": "smoke-check"},

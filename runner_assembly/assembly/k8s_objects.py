@@ -28,8 +28,7 @@ from runner_assembly.assembly.names import (
     RUNNER_ENTRY,
     RUNNER_TOKEN_KEY,
 )
-from runner_assembly.assembly.plan import RunnerJobPlan
-from runner_assembly.assembly.resolve import SessionVolume
+from runner_assembly.contract.plan import RunnerJobPlan, SessionVolume
 
 K8sObject = dict[str, object]
 """A Kubernetes object (or part of one) as the API client takes it."""
@@ -85,7 +84,7 @@ def per_job_secret(plan: RunnerJobPlan, job_uid: str | None,
 
 
 def _secret_name(plan: RunnerJobPlan) -> str:
-    return str(plan.per_job_secret["name"])
+    return plan.per_job_secret.name
 
 
 def job(plan: RunnerJobPlan, workspace_root: str | None = None,

@@ -35,6 +35,8 @@ SESSION_ENV = ("SVC_SESSION_PVC_NAME", "SVC_SESSION_PVC_NAMESPACE", "SVC_SESSION
                "SVC_BACKEND_ROLLOUT_SUBDIR")
 
 # Files of a local job directory ``${SVC_DATA_DIR}/jobs/<runnerJobId>/``.
+JOB_FILE = "spec.json"
+"""The job file (:mod:`runner_assembly.contract.jobfile`), written by the driver."""
 JOB_SECRET_DIR = "job-secret"
 """The local analogue of the per-job Kubernetes Secret: one 0600 file per key."""
 TOKEN_FILE = "runner.token"

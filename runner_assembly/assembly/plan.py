@@ -1,14 +1,14 @@
 """The runner job plan: what a job is rendered from, shown by dry runs and stored on the run.
 
-Rendered from the resolved :class:`~runner_assembly.assembly.resolve.Assembly` and the reserved ids
-only. It names secrets, keys, projection kinds, mount paths and environment variables; it
-holds no value (``valuesPrinted=false``).
+Rendered from the resolved :class:`~runner_assembly.assembly.resolve.Assembly` and the
+reserved ids only. Its types are the contract's (:mod:`runner_assembly.contract.plan`): the
+runner decodes the same ones from the job file. It names secrets, keys, projection kinds,
+mount paths and environment variables; it holds no value (``valuesPrinted=false``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
 
 import msgspec
 
@@ -19,75 +19,19 @@ from runner_assembly.assembly.names import (
     job_name,
     per_job_secret_name,
 )
-from runner_assembly.assembly.resolve import (
-    Assembly,
-    ImageResolution,
-    NamesSummary,
-    RepositoryFetch,
-    SecretUse,
-    SessionVolume,
+from runner_assembly.assembly.resolve import Assembly
+from runner_assembly.contract.plan import (
+    BundleItem,
+    BundleSummary,
+    EnvEntry,
+    Ids,
+    PerJobSecret,
+    PlanThread,
+    PromptItem,
+    RunnerJobPlan,
 )
 
-
-class EnvEntry(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    """One environment variable of the backend, by name and source; never its value."""
-
-    name: str
-    source: Literal["static", "secret", "per-job-secret"]
-    secret_name: str | None = None
-    key: str | None = None
-
-
-class Ids(msgspec.Struct, kw_only=True, rename="camel"):
-    """The reserved identities a job is named after."""
-
-    task_id: str
-    attempt_id: str
-    run_id: str
-    command_id: str
-    runner_job_id: str
-
-
-class BundleSummary(msgspec.Struct, kw_only=True, rename="camel"):
-    """What the runner will materialise: references, not content."""
-
-    repo_url: str
-    ref: str | None
-    commit_id: str | None
-    branch: str | None
-    bundles: list[dict[str, object]]
-    prompt_refs: list[dict[str, object]]
-    required_skills: list[str]
-    credential: str | None
-    fetches: list[RepositoryFetch]
-
-
-class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
-    """The rendered runner job, value-free (SPEC 5.2 rule 3, 2.10, 2.11, 9)."""
-
-    job_name: str
-    namespace: str
-    driver: str
-    ids: Ids
-    backend_profile: str
-    image: ImageResolution
-    env: list[EnvEntry]
-    secrets: list[SecretUse]
-    per_job_secret: dict[str, object]
-    session_volume: SessionVolume | None
-    workspace_key: str
-    resource_bundle: BundleSummary | None
-    transient_env: NamesSummary
-    endpoint_defaults: list[str]
-    smoke_tools: list[str]
-    capability: dict[str, object]
-    thread: dict[str, object] = msgspec.field(default_factory=dict)
-    """``mode`` (``start`` or ``resume``) and the ``threadId`` a resume continues."""
-    provider_id: str | None = None
-    """The run policy's ``providerId`` (SPEC 2.7), as the task carried it."""
-    values_printed: bool = False
-
-
+__all__ = ["BundleSummary", "EnvEntry", "Ids", "RunnerJobPlan", "render_plan", "workspace_key"]
 
 
 def workspace_key(assembly: Assembly, ids: Ids) -> str:
@@ -117,12 +61,12 @@ def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
         job_name=job_name(ids.runner_job_id), namespace=namespace, driver=driver,
         ids=ids, backend_profile=assembly.backend_profile, image=assembly.image, env=env,
         secrets=assembly.secrets,
-        per_job_secret={"name": job_secret, "keys": secret_keys, "ownedByJob": True},
+        per_job_secret=PerJobSecret(name=job_secret, keys=secret_keys),
         session_volume=assembly.session, workspace_key=workspace_key(assembly, ids),
         resource_bundle=_bundle_summary(assembly), transient_env=assembly.transient_env,
         endpoint_defaults=assembly.endpoint_defaults, smoke_tools=list(smoke_tools),
         capability=work_ready_summary(),
-        thread={"mode": "resume" if thread_id else "start", "threadId": thread_id},
+        thread=PlanThread(mode="resume" if thread_id else "start", thread_id=thread_id),
         provider_id=assembly.provider_id,
     )
 
@@ -134,7 +78,8 @@ def _bundle_summary(assembly: Assembly) -> BundleSummary | None:
     credential = bundle.get("credentialRef")
     return BundleSummary(
         repo_url=bundle["repoUrl"], ref=bundle.get("ref"), commit_id=bundle.get("commitId"),
-        branch=assembly.branch, bundles=list(bundle.get("bundles", [])),
-        prompt_refs=list(bundle.get("promptRefs", [])),
+        branch=assembly.branch,
+        bundles=msgspec.convert(bundle.get("bundles", []), list[BundleItem]),
+        prompt_refs=msgspec.convert(bundle.get("promptRefs", []), list[PromptItem]),
         required_skills=[s["name"] for s in bundle.get("requiredSkills", [])],
         credential=credential["name"] if credential else None, fetches=assembly.fetches)

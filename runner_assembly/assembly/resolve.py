@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -22,63 +22,15 @@ from runner_assembly.assembly.model import EXT_SSH_ENDPOINTS, ImageSource, Secre
 from runner_assembly.assembly.names import session_pvc_name
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.assembly.secret_store import SecretStore
+from runner_assembly.contract.plan import (
+    ImageResolution,
+    NamesSummary,
+    RepositoryFetch,
+    SecretUse,
+    SessionVolume,
+)
 
 SESSION_VOLUME_SIZE = "1Gi"
-
-
-class SecretUse(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    """One secret the run uses, by reference, and how it is projected."""
-
-    role: Literal["provider", "repository", "tool"]
-    name: str
-    namespace: str
-    keys: list[str]
-    projection: Literal["backend-home", "fetch-only", "env", "volume"]
-    tool: str | None = None
-    purpose: str | None = None
-    env_name: str | None = None
-    mount_path: str | None = None
-    read_only: bool = True
-
-
-class ImageResolution(msgspec.Struct, kw_only=True, rename="camel"):
-    """The backend image: source, environment identity, digest-pinned image, status."""
-
-    source: dict[str, Any] | None
-    environment_id: str | None
-    image: str | None
-    status: Literal["reused", "not-applicable"]
-
-
-class RepositoryFetch(msgspec.Struct, kw_only=True, rename="camel"):
-    """Where a bundle repository is fetched from (SPEC 6 repository fetch)."""
-
-    repo_url: str
-    fetch_repo_url: str
-    mirror_used: bool
-    mirror_base_url: str | None
-
-
-class SessionVolume(msgspec.Struct, kw_only=True, rename="camel"):
-    """The session's persistent volume, resolved or created before the job (SPEC 9)."""
-
-    session_id: str
-    conversation_id: str
-    thread_id: str | None
-    pvc_name: str
-    namespace: str
-    rollout_subdir: str
-    size: str
-    storage_class: str
-    values_printed: bool = False
-
-
-class NamesSummary(msgspec.Struct, kw_only=True, rename="camel"):
-    """Environment entries shown by name, count and hash only (SPEC 2.10)."""
-
-    names: list[str]
-    count: int
-    sha256: str | None
 
 
 class Assembly(msgspec.Struct, kw_only=True, rename="camel"):

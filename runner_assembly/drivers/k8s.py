@@ -40,8 +40,8 @@ from kubernetes.client.exceptions import ApiException
 from ledger.states import FailureKind, JobState, job_state_of_failure
 from runner_assembly.assembly import k8s_objects
 from runner_assembly.assembly.names import JOB_SPEC_KEY, RUNNER_TOKEN_KEY, job_name
-from runner_assembly.assembly.plan import RunnerJobPlan
-from runner_assembly.assembly.resolve import SessionVolume
+from runner_assembly.contract import jobfile
+from runner_assembly.contract.plan import SessionVolume
 from runner_assembly.drivers.protocol import (
     DriverError,
     JobHandle,
@@ -86,14 +86,14 @@ class KubernetesDriver:
         return await asyncio.to_thread(self._create, spec)
 
     def _create(self, spec: JobSpec) -> JobHandle:
-        plan = msgspec.convert(spec.plan, RunnerJobPlan)
+        plan = spec.job.plan
         pvc = k8s_objects.session_pvc(plan)
         if pvc is not None:
             self._ensure("PersistentVolumeClaim", pvc,
                          self.core.create_namespaced_persistent_volume_claim,
                          self.core.read_namespaced_persistent_volume_claim)
         try:
-            body = k8s_objects.job(plan, spec.workspace_root, self.runner_env)
+            body = k8s_objects.job(plan, spec.job.workspace_root, self.runner_env)
         except ValueError as error:
             raise DriverError(FailureKind.BUILD_REQUIRED, str(error)) from None
         created, adopted = self._ensure("Job", body, self.batch.create_namespaced_job,
@@ -322,9 +322,10 @@ def termination_message(text: str | None) -> dict[str, str]:
 
 
 def secret_data(spec: JobSpec) -> dict[str, str]:
-    """The per-job Secret's data: the job spec (no secret value), the transient env and the
+    """The per-job Secret's data: the job file (no secret value), the transient env and the
     runner's token."""
-    encoded = {JOB_SPEC_KEY: json.dumps(spec.public()), RUNNER_TOKEN_KEY: spec.runner_token}
+    encoded = {JOB_SPEC_KEY: jobfile.encode(spec.job).decode(),
+               RUNNER_TOKEN_KEY: spec.runner_token}
     encoded.update(spec.job_secret)
     return {key: base64.b64encode(value.encode()).decode() for key, value in encoded.items()}
 

@@ -31,7 +31,9 @@ import re2
 import runner_assembly
 from ledger.states import FailureKind, JobState
 from runner_assembly.assembly.failures import MINIMAL_PATH
-from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
+from runner_assembly.assembly.names import JOB_FILE, JOB_SECRET_DIR, TOKEN_FILE
+from runner_assembly.contract import jobfile
+from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.drivers.faults import crash_at, runner_faults
 from runner_assembly.drivers.forkserver import Forkserver
 from runner_assembly.drivers.protocol import (
@@ -40,7 +42,7 @@ from runner_assembly.drivers.protocol import (
     JobSpec,
     JobStatus,
 )
-from runner_assembly.runner.jobfiles import write_json_atomically, write_private
+from runner_assembly.runner.jobfiles import write_atomically, write_private
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.sandbox import BWRAP, SandboxUnavailable, find_bwrap, mode_error
 
@@ -144,18 +146,9 @@ class LocalDriver:
             adopted = False
         except FileExistsError:
             adopted = True
-        if not (folder / "spec.json").exists():
+        if not (folder / JOB_FILE).exists():
             write_job_secret(folder / JOB_SECRET_DIR, spec.job_secret)
-            public = spec.public()
-            public.pop("secret_root")  # the runner gets it as an argument: see _spawn
-            if spec.resource_bin_path:  # jobs share a machine: shims of one job per folder
-                public["resource_bin_path"] = str(Path(spec.resource_bin_path,
-                                                       spec.runner_job_id))
-            volume = spec.plan.get("sessionVolume")
-            if isinstance(volume, dict) and volume:
-                public["volume_dir"] = str(self.volume_dir(volume))
-            public.update(self._runner_faults(spec))
-            write_json_atomically(folder / "spec.json", public)
+            write_atomically(folder / JOB_FILE, jobfile.encode(self._local_job(spec)))
         if spec.runner_token:  # every token issued for the job stays valid: the newest here
             write_private(folder / TOKEN_FILE, spec.runner_token)
         pid = self._pid(folder)
@@ -163,15 +156,26 @@ class LocalDriver:
             pid = self._spawn(folder, spec.secret_root)
         return JobHandle(self.name, spec.runner_job_id, f"pid:{pid}", adopted)
 
-    def _runner_faults(self, spec: JobSpec) -> dict[str, list[str]]:
+    def _local_job(self, spec: JobSpec) -> JobFile:
+        """The job file with this machine's paths: the job's own shims folder, its session
+        volume directory, and the test-only crash points."""
+        job = spec.job
+        bin_path = job.resource_bin_path  # jobs share a machine: shims of one job per folder
+        volume = job.plan.session_volume
+        return msgspec.structs.replace(
+            job, resource_bin_path=str(Path(bin_path, job.runner_job_id)) if bin_path else None,
+            volume_dir=str(self.volume_dir(msgspec.to_builtins(volume))) if volume else None,
+            faults=self._runner_faults(job))
+
+    def _runner_faults(self, job: JobFile) -> list[str]:
         """Test-only: the runner crash points of ``SVC_FAULTS``, for the first job of each
         task (or session) only, so that its retry runs through."""
         points = runner_faults(self.faults)
-        owner = spec.task_id or spec.session_id
+        owner = job.task_id or job.session_id
         if not points or owner in self._runner_faulted:
-            return {}
+            return []
         self._runner_faulted.add(owner)
-        return {"faults": points}
+        return list(points)
 
     def _spawn(self, folder: Path, secret_root: str) -> int:
         if self.api_url is None:

@@ -4,43 +4,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, cast
+
+import msgspec
 
 from ledger.states import FailureKind, JobState
+from runner_assembly.contract.jobfile import JobFile
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything a runner job executes with, by reference: no secret value."""
+    """What a driver creates a job from: the job file (no secret value) and what is
+    delivered beside it, never in it."""
 
-    runner_job_id: str
-    run_id: str
-    task_id: str
-    attempt_id: str
-    session_id: str
-    backend_profile: str
-    backend_command: tuple[str, ...]
-    prompt: str
-    plan: dict[str, object]
+    job: JobFile
+    """The runner's job file, written as it is (the local driver adds its own paths)."""
     secret_root: str
-    prompt_caps: dict[str, int]
-    new_thread: bool = True
-    thread_id: str | None = None
-    """The thread to resume (None: the backend starts a new one)."""
-    resource_bin_path: str | None = None
-    workspace_root: str | None = None
-    """``SVC_WORKSPACE_ROOT`` (None: the driver's default place for checkouts)."""
+    """Where a local runner finds referenced secrets: an argument of the runner, not in the
+    job file."""
     job_secret: dict[str, str] = field(default_factory=dict, repr=False)
     """Values of the per-job secret: the driver stores them as a secret, nowhere else."""
     runner_token: str = field(default="", repr=False)
     """The job's runner-protocol bearer token: delivered with the per-job secret only."""
 
+    @property
+    def runner_job_id(self) -> str:
+        """The job's reserved id (its name derives from it)."""
+        return self.job.runner_job_id
+
     def public(self) -> dict[str, object]:
-        """The spec without the per-job secret's values (what a job may show)."""
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        values.pop("job_secret")
-        values.pop("runner_token")
-        return values
+        """The job file as builtins: what a job may show (no secret value)."""
+        return cast(dict[str, object], msgspec.to_builtins(self.job))
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class JobMaterializer:
         commands. Raises :class:`TurnRefused`, :class:`CapacityExhausted`, or
         :class:`CreateFailed` (after ending the job unless the order keeps it)."""
         token, issue = new_token(order.spec.runner_job_id, session_id=order.turn.session_id,
-                                 run_id=order.spec.run_id, task_id=order.task_id,
+                                 run_id=order.spec.job.run_id, task_id=order.task_id,
                                  attempt_id=order.attempt_id)
         try:
             await self._reserve(order, [order.turn, issue], conn)
@@ -129,7 +129,7 @@ class JobMaterializer:
             raise TurnRefused(refusal) from refusal
         faults.crash_after_reserve(self.settings.faults)
         spec = dataclasses.replace(order.spec, runner_token=token)
-        log.debug("creating runner job %s: plan %s", spec.runner_job_id, spec.plan)
+        log.debug("creating runner job %s: plan %s", spec.runner_job_id, spec.job.plan)
         try:
             handle = await self.driver.create(spec)
         except DriverError as error:  # the job may exist all the same: ended first, a

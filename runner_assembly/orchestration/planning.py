@@ -15,6 +15,7 @@ from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import CheckedInTheJob, FileSecretStore, SecretStore
 from runner_assembly.assembly.transient_env import check_transient_env
+from runner_assembly.contract.jobfile import JobFile, PromptCaps
 from runner_assembly.drivers.protocol import JobSpec
 from runner_assembly.orchestration.facts import TaskFacts, bounded
 from runner_assembly.settings import RunnerSettings
@@ -81,16 +82,15 @@ class JobPlanner:
         defaults = settings.defaults
         job_secret = {**{name: defaults.extSshEndpoints[name]
                          for name in plan.endpoint_defaults}, **transient_env}
-        return JobSpec(
+        file = JobFile(
             runner_job_id=job.runner_job_id, run_id=job.run_id, task_id=facts.task_id,
             attempt_id=plan.ids.attempt_id, session_id=job.session_id,
             backend_profile=job.backend_profile,
-            backend_command=settings.backend_commands[job.backend_profile],
-            prompt=facts.prompt, plan=msgspec.to_builtins(plan),
-            secret_root=str(settings.secrets_dir),
-            prompt_caps={"perPrompt": defaults.promptMaxBytes,
-                         "total": defaults.promptsMaxTotalBytes},
+            backend_command=list(settings.backend_commands[job.backend_profile]),
+            prompt=facts.prompt, plan=plan,
+            prompt_caps=PromptCaps(per_prompt=defaults.promptMaxBytes,
+                                   total=defaults.promptsMaxTotalBytes),
             new_thread=thread_id is None, thread_id=thread_id,
             resource_bin_path=settings.resource_bin_path,
-            workspace_root=settings.workspace_root,
-            job_secret=job_secret)
+            workspace_root=settings.workspace_root)
+        return JobSpec(job=file, secret_root=str(settings.secrets_dir), job_secret=job_secret)

@@ -15,10 +15,10 @@ from runner_assembly.runner.masking import Masker, Relays
 def run_relayed(command: Sequence[str], cwd: Path, env: dict[str, str], scratch: Path,
                 masker: Masker,
                 started: Callable[[subprocess.Popen[bytes]], object] | None = None,
-                ) -> tuple[int, str]:
+                ) -> tuple[int, datetime]:
     """Run ``command`` in ``cwd`` with ``scratch/prompt.txt`` as its input; its output goes
     masked to the scratch output channel, its errors to ``stderr.log``. ``started`` is told
-    the process once it runs. Its exit code and when it ended (ISO 8601 UTC); ``OSError``
+    the process once it runs. Its exit code and when it ended (UTC); ``OSError``
     when it cannot start."""
     with (scratch / "prompt.txt").open("rb") as stdin, \
             (scratch / CHANNEL_FILES["output"]).open("wb") as stdout, \
@@ -30,6 +30,6 @@ def run_relayed(command: Sequence[str], cwd: Path, env: dict[str, str], scratch:
         assert backend.stdout is not None and backend.stderr is not None
         relays = Relays([(backend.stdout, stdout), (backend.stderr, stderr)], masker)
         code = backend.wait()
-        finished = datetime.now(UTC).isoformat()
+        finished = datetime.now(UTC)
         relays.join()
     return code, finished

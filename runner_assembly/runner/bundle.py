@@ -17,13 +17,12 @@ from pathlib import Path
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.contract.plan import BundleItem, BundleSummary
 from runner_assembly.runner import git
-from runner_assembly.runner.jobspec import BundleItemSpec, BundleSpec
 from runner_assembly.runner.layout import Layout
 
-DEFAULT_BUNDLES: tuple[BundleItemSpec, ...] = (
-    {"name": "tools", "subpath": "tools", "target_path": "tools"},
-    {"name": "skills", "subpath": "skills", "target_path": ".agents/skills"})
+DEFAULT_BUNDLES = (BundleItem(name="tools", subpath="tools", target_path="tools"),
+                   BundleItem(name="skills", subpath="skills", target_path=".agents/skills"))
 """The default canary mapping, applied when ``bundles[]`` is empty."""
 SKILLS_TARGET = ".agents/skills"
 TOOLS_TARGET = "tools"
@@ -54,51 +53,51 @@ def sha256_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def materialize(summary: BundleSpec, layout: Layout,
+def materialize(summary: BundleSummary, layout: Layout,
                 credential_dir: Path | None) -> Materialized:
     """Fetch, verify, check out and copy the bundle into the overlay."""
-    fetch_of = {f["repoUrl"]: f["fetchRepoUrl"] for f in summary["fetches"]}
-    top_url = summary["repoUrl"]
+    fetch_of = {f.repo_url: f.fetch_repo_url for f in summary.fetches}
+    top_url = summary.repo_url
     git.clone(fetch_of[top_url], layout.workspace, credential_dir)
-    explicit = summary.get("ref")
-    resolved = git.resolve_commit(layout.workspace, explicit, summary.get("branch"))
-    commit = git.pinned(layout.workspace, resolved, summary.get("commitId"), bool(explicit))
+    explicit = summary.ref
+    resolved = git.resolve_commit(layout.workspace, explicit, summary.branch)
+    commit = git.pinned(layout.workspace, resolved, summary.commit_id, bool(explicit))
     tree = git.checkout(layout.workspace, commit)
     result = Materialized(commit=commit, tree=tree)
-    items = summary["bundles"] or [b for b in DEFAULT_BUNDLES
-                                   if (layout.workspace / b["subpath"]).is_dir()]
+    items = summary.bundles or [b for b in DEFAULT_BUNDLES
+                                if (layout.workspace / b.subpath).is_dir()]
     layout.overlay.mkdir(parents=True, exist_ok=True)
     for item in items:
         source, item_commit = _source_of(item, summary, layout, fetch_of, credential_dir,
                                          (top_url, commit))
-        origin = git.inside(source, item["subpath"])
+        origin = git.inside(source, item.subpath)
         if not origin.exists():
             raise AssemblyFailure(FailureKind.BUNDLE_UNAVAILABLE,
-                                  f"bundle subpath {item['subpath']} does not exist")
-        target = git.inside(layout.overlay, item["target_path"])
+                                  f"bundle subpath {item.subpath} does not exist")
+        target = git.inside(layout.overlay, item.target_path)
         _copy(origin, target)
-        result.bundles.append({"name": item.get("name"), "repoUrl": item.get("repoUrl", top_url),
-                               "commit": item_commit, "subpath": item["subpath"],
-                               "target_path": item["target_path"], **_tally(target)})
+        result.bundles.append({"name": item.name, "repoUrl": item.repo_url or top_url,
+                               "commit": item_commit, "subpath": item.subpath,
+                               "target_path": item.target_path, **_tally(target)})
     _prepare_tools(result, layout.overlay / TOOLS_TARGET)
     _discover_skills(result, layout.overlay / SKILLS_TARGET, items)
     return result
 
 
-def _source_of(item: BundleItemSpec, summary: BundleSpec, layout: Layout,
+def _source_of(item: BundleItem, summary: BundleSummary, layout: Layout,
                fetch_of: dict[str, str], credential_dir: Path | None,
                top: tuple[str, str]) -> tuple[Path, str]:
     """The checkout an item copies from: the workspace, or its own pinned clone."""
-    url = item.get("repoUrl", top[0])
-    if url == top[0] and not item.get("ref") and not item.get("commitId"):
+    url = item.repo_url or top[0]
+    if url == top[0] and not item.ref and not item.commit_id:
         return layout.workspace, top[1]
-    key = hashlib.sha256(f"{url}\n{item.get('ref')}\n{item.get('commitId')}".encode())
+    key = hashlib.sha256(f"{url}\n{item.ref}\n{item.commit_id}".encode())
     dest = layout.sources / key.hexdigest()[:16]
     if not dest.exists():
         git.clone(fetch_of.get(url, url), dest, credential_dir if url == top[0] else None)
-        explicit = item.get("ref") or summary.get("ref")
-        resolved = git.resolve_commit(dest, explicit, summary.get("branch"))
-        commit = git.pinned(dest, resolved, item.get("commitId"), bool(item.get("ref")))
+        explicit = item.ref or summary.ref
+        resolved = git.resolve_commit(dest, explicit, summary.branch)
+        commit = git.pinned(dest, resolved, item.commit_id, bool(item.ref))
         git.checkout(dest, commit)
     return dest, git.git("rev-parse", "HEAD", cwd=dest).strip()
 
@@ -134,13 +133,13 @@ def _prepare_tools(result: Materialized, tool_dir: Path) -> None:
 
 
 def _discover_skills(result: Materialized, skills_dir: Path,
-                     items: Sequence[BundleItemSpec]) -> None:
+                     items: Sequence[BundleItem]) -> None:
     """List ``<name>/SKILL.md`` manifests: path, hash, size, a one-line summary, no body."""
     if not skills_dir.is_dir():
         return
     result.skill_dirs.append(skills_dir)
-    source = next((i.get("name") or i["subpath"] for i in items
-                   if i["target_path"].rstrip("/") == SKILLS_TARGET), None)
+    source = next((i.name or i.subpath for i in items
+                   if i.target_path.rstrip("/") == SKILLS_TARGET), None)
     for manifest in sorted(skills_dir.glob("*/SKILL.md")):
         digest, size = sha256_file(manifest)
         if len(result.skills) < MAX_LISTED:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 
-from runner_assembly.runner.projection import SecretUseSpec
+from runner_assembly.contract.plan import SecretUse
 
 SHELL_CAPABILITIES = {"gh": "code-host-cli", "curl": "http-client", "ssh": "ssh-client"}
 """The smoke-check tools that are shell capabilities, by the capability they provide."""
@@ -20,12 +20,12 @@ CREDENTIAL_TOOLS: dict[tuple[str, str | None], tuple[str, ...]] = {
 """The shell tools a tool credential is used with (``None``: any purpose)."""
 
 
-def _needed_by(use: SecretUseSpec) -> tuple[str, ...]:
-    tool, purpose = str(use.get("tool")), use.get("purpose")
+def _needed_by(use: SecretUse) -> tuple[str, ...]:
+    tool, purpose = str(use.tool), use.purpose
     return CREDENTIAL_TOOLS.get((tool, purpose)) or CREDENTIAL_TOOLS.get((tool, None), ())
 
 
-def capability_gaps(secrets: list[SecretUseSpec], smoke: list[dict[str, object]],
+def capability_gaps(secrets: list[SecretUse], smoke: list[dict[str, object]],
                     path: str) -> list[dict[str, object]]:
     """Each missing shell capability once per need: ``capability``, ``tool``,
     ``requiredBy`` (``smoke-check`` or ``<tool>/<purpose>`` of a tool credential)."""
@@ -36,10 +36,10 @@ def capability_gaps(secrets: list[SecretUseSpec], smoke: list[dict[str, object]]
             gaps.append({"capability": SHELL_CAPABILITIES[name], "tool": name,
                          "requiredBy": "smoke-check"})
     for use in secrets:
-        if use.get("role") != "tool":
+        if use.role != "tool":
             continue
         for name in _needed_by(use):
             if shutil.which(name, path=path) is None:
                 gaps.append({"capability": SHELL_CAPABILITIES[name], "tool": name,
-                             "requiredBy": f"{use.get('tool')}/{use.get('purpose')}"})
+                             "requiredBy": f"{use.tool}/{use.purpose}"})
     return gaps

@@ -1,32 +1,26 @@
-"""JSON files a runner job writes for itself, written atomically."""
+"""Files of a job directory, written atomically: the job file, the token, the runner's pid."""
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 from pathlib import Path
 
 
-def read_json(path: Path) -> dict[str, object] | None:
-    """A JSON file's content, or None when it does not exist (yet)."""
-    try:
-        value = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
+def _temporary(path: Path) -> Path:
+    """A name of its own next to ``path``: two writers never collide."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def write_json_atomically(path: Path, value: object) -> None:
-    """Write JSON so readers see the old file or the whole new one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps(value))  # a name of its own: two writers never collide
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` so readers see the old file or the whole new one."""
+    temporary = _temporary(path)
+    temporary.write_bytes(data)
     os.replace(temporary, path)
 
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` readable by the owner only, atomically (a reader never sees it half)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temporary = _temporary(path)
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text)

@@ -4,18 +4,32 @@ The same program talks to the local API (local driver) or the manager's Service 
 request carries the job's bearer token; transient failures (no connection, 5xx) are retried
 with the same body, which the manager accepts once (claims by claimant, lines by ``seq``).
 Each thread of the runner (its main thread, the heartbeats, the line shipper) keeps one
-keep-alive connection: a job's reports do not each open a connection of their own.
+keep-alive connection: a job's reports do not each open a connection of their own. The
+bodies are the API's own message types (:mod:`runner_assembly.contract.messages`).
 """
 
 from __future__ import annotations
 
 import encodings.idna  # noqa: F401  http.client encodes the host with it at the first request
 import http.client
-import json
 import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
+from typing import Any, Literal, cast
+
+import msgspec
+
+from runner_assembly.contract.messages import (
+    AssemblyBody,
+    Channel,
+    ClaimBody,
+    ExitBody,
+    HeartbeatBody,
+    LinesBody,
+    Message,
+    ThreadBody,
+)
 
 RETRY_FOR_S = 120.0
 """How long a report is retried while the manager cannot be reached (a restart)."""
@@ -53,16 +67,16 @@ class ManagerClient:
         self.retry_for_s = retry_for_s
         self._local = threading.local()
 
-    def post(self, path: str, body: Mapping[str, object]) -> dict[str, object]:
+    def post(self, path: str, body: Message | Mapping[str, object]) -> dict[str, Any]:
         """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
-        data = json.dumps(dict(body)).encode()
+        data = msgspec.json.encode(body)
         deadline = time.monotonic() + self.retry_for_s
         pause = 0.1
         while True:
             try:
                 status, text = self._exchange(self._prefix + path, data)
                 if status < 300:
-                    value = json.loads(text) if text else {}
+                    value = msgspec.json.decode(text) if text else {}
                     return value if isinstance(value, dict) else {}
                 if status < 500:
                     raise ManagerRefused(status, _code(text))
@@ -119,41 +133,43 @@ class ManagerClient:
         if connection is not None:
             connection.close()
 
-    def _job(self, message: str, body: Mapping[str, object]) -> dict[str, object]:
+    def _job(self, message: str, body: Message) -> dict[str, Any]:
         return self.post(f"/api/v1/runner/jobs/{self.job}/{message}", body)
 
     def claim(self, claimant: str, startup: Mapping[str, object] | None = None) -> bool:
         """Claim the job's start, with this runner's startup event; False: another runner
         has it, exit without starting."""
-        return bool(self._job("claim", {"claimant": claimant, "startup": startup}).get("start"))
+        body = ClaimBody(claimant=claimant, startup=dict(startup) if startup is not None
+                         else None)
+        return bool(self._job("claim", body).get("start"))
 
     def heartbeat(self) -> None:
         """Renew the job's lease."""
-        self._job("heartbeat", {})
+        self._job("heartbeat", HeartbeatBody())
 
     def lines(self, channel: str, seq: int, lines: list[str]) -> None:
         """Send batch number ``seq`` of a channel's lines."""
-        self._job("lines", {"channel": channel, "seq": seq, "lines": lines})
+        self._job("lines", LinesBody(channel=cast(Channel, channel), seq=seq, lines=lines))
 
     def assembly(self, event: Mapping[str, object]) -> None:
         """Send the bounded assembly event."""
-        self._job("assembly", {"assembly": event})
+        self._job("assembly", AssemblyBody(assembly=dict(event)))
 
-    def thread(self, thread_id: str, mode: str) -> None:
+    def thread(self, thread_id: str, mode: Literal["start", "resume"]) -> None:
         """Report the thread the backend started or resumed."""
-        self._job("thread", {"threadId": thread_id, "mode": mode})
+        self._job("thread", ThreadBody(thread_id=thread_id, mode=mode))
 
     def storage(self, session_id: str, summary: Mapping[str, object]) -> None:
         """Write the session volume summary back (SPEC 4.2)."""
         self.post(f"/api/v1/sessions/{session_id}/storage/refresh", summary)
 
-    def exit(self, report: Mapping[str, object]) -> None:
+    def exit(self, report: ExitBody) -> None:
         """Report how the job ended."""
         self._job("exit", report)
 
 
 def _code(body: bytes) -> str:
     try:
-        return str(json.loads(body)["error"]["code"])
+        return str(msgspec.json.decode(body)["error"]["code"])
     except (ValueError, KeyError, TypeError):
         return "refused"

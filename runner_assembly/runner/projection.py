@@ -13,27 +13,12 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import NotRequired, TypedDict
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.contract.plan import SecretUse
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.masking import Masker
-
-
-class SecretUseSpec(TypedDict):
-    """One of the plan's ``secrets`` as the job spec carries it (``SecretUse``, camelCase,
-    defaults omitted)."""
-
-    role: str
-    name: str
-    namespace: str
-    keys: list[str]
-    projection: str
-    tool: NotRequired[str]
-    purpose: NotRequired[str]
-    envName: NotRequired[str]
-    mountPath: NotRequired[str]
 
 
 class SecretSource:
@@ -44,67 +29,67 @@ class SecretSource:
         self.root = root
         self.masker = masker if masker is not None else Masker()
 
-    def folder(self, use: SecretUseSpec) -> Path:
+    def folder(self, use: SecretUse) -> Path:
         """The directory of one referenced secret."""
-        return self.root / str(use["namespace"]) / str(use["name"])
+        return self.root / use.namespace / use.name
 
-    def copy(self, use: SecretUseSpec, into: Path, mode: int) -> None:
+    def copy(self, use: SecretUse, into: Path, mode: int) -> None:
         """Copy the secret's keys into ``into``; ``secret-unavailable`` if one is missing."""
         into.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for key in use["keys"]:
+        for key in use.keys:
             try:
                 shutil.copyfile(self.folder(use) / key, into / key)
             except FileNotFoundError:
                 raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
-                                      f"secret {use['name']} lacks key {key}") from None
+                                      f"secret {use.name} lacks key {key}") from None
             os.chmod(into / key, mode)
             self.masker.add_file((into / key).read_text(errors="replace"))
 
-    def value(self, use: SecretUseSpec, key: str) -> str:
+    def value(self, use: SecretUse, key: str) -> str:
         """One key's value, for an env projection of the backend only."""
         try:
             value = (self.folder(use) / key).read_text().strip()
         except FileNotFoundError:
             raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
-                                  f"secret {use['name']} lacks key {key}") from None
+                                  f"secret {use.name} lacks key {key}") from None
         self.masker.add(value)
         return value
 
-    def register(self, use: SecretUseSpec) -> None:
+    def register(self, use: SecretUse) -> None:
         """Register the keys of a secret the runner does not copy (the repository credential)."""
-        for key in use["keys"]:
+        for key in use.keys:
             with contextlib.suppress(OSError):
                 self.masker.add_file((self.folder(use) / key).read_text(errors="replace"))
 
 
-def project_profile(secrets: list[SecretUseSpec], source: SecretSource,
+def project_profile(secrets: list[SecretUse], source: SecretSource,
                     layout: Layout) -> None:
     """Copy the current profile's secret into the writable backend home."""
     layout.backend_home.mkdir(parents=True, exist_ok=True, mode=0o700)
     for use in secrets:
-        if use["role"] == "provider":
+        if use.role == "provider":
             source.copy(use, layout.backend_home, 0o600)
 
 
-def project_tools(secrets: list[SecretUseSpec], source: SecretSource,
+def project_tools(secrets: list[SecretUse], source: SecretSource,
                   layout: Layout) -> dict[str, str]:
     """Mount volume credentials read-only; return the env credentials for the backend."""
     env: dict[str, str] = {}
     for use in secrets:
-        if use["role"] != "tool":
+        if use.role != "tool":
             continue
-        if use["projection"] == "volume":
-            target = layout.home_path(use["mountPath"])
+        if use.projection == "volume":
+            target = layout.home_path(str(use.mount_path))
             source.copy(use, target, 0o400)
             os.chmod(target, 0o500)
         else:
-            env[use["envName"]] = source.value(use, use["keys"][0])
+            env[str(use.env_name)] = source.value(use, use.keys[0])
     return env
 
 
-def repository_credential(secrets: list[SecretUseSpec], source: SecretSource) -> Path | None:
+def repository_credential(secrets: list[SecretUse], source: SecretSource) -> Path | None:
     """The repository credential's directory, used by git's askpass only."""
-    use = next((s for s in secrets if s["role"] == "repository"), None)
+    use = next((s for s in secrets if s.role == "repository"), None)
     if use is None:
         return None
     source.register(use)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.contract.plan import PromptItem
 from runner_assembly.runner.git import inside
-from runner_assembly.runner.jobspec import PromptRefSpec
 
 
 @dataclass(frozen=True)
@@ -25,30 +25,29 @@ class Prompts:
     injected_text: str
 
 
-def read_prompts(refs: list[PromptRefSpec], checkout: Path, *, new_thread: bool,
+def read_prompts(refs: list[PromptItem], checkout: Path, *, new_thread: bool,
                  max_bytes: int, max_total: int) -> Prompts:
     """Read every prompt reference against the checked-out bundle."""
     entries: list[dict[str, object]] = []
     texts: list[str] = []
     total = 0
     for ref in refs:
-        required = bool(ref.get("required", False))
-        path = inside(checkout, ref["path"])
-        entry = {"name": ref["name"], "path": ref["path"],
-                 "inject": ref.get("inject", "thread-start"), "required": required}
+        required = ref.required
+        path = inside(checkout, ref.path)
+        entry = {"name": ref.name, "path": ref.path, "inject": ref.inject, "required": required}
         if not path.is_file():
             if required:
                 raise AssemblyFailure(FailureKind.PROMPT_UNAVAILABLE,
-                                      f"required prompt {ref['name']} is missing at "
-                                      f"{ref['path']}", details={"prompt": ref["name"]})
+                                      f"required prompt {ref.name} is missing at "
+                                      f"{ref.path}", details={"prompt": ref.name})
             entries.append({**entry, "sha256": None, "bytes": 0, "injected": False,
                             "missing": True})
             continue
         data = path.read_bytes()
         if len(data) > max_bytes:
             raise AssemblyFailure(FailureKind.PROMPT_TOO_LARGE,
-                                  f"prompt {ref['name']} has {len(data)} bytes; the cap is "
-                                  f"{max_bytes}", details={"prompt": ref["name"],
+                                  f"prompt {ref.name} has {len(data)} bytes; the cap is "
+                                  f"{max_bytes}", details={"prompt": ref.name,
                                                            "bytes": len(data), "cap": max_bytes})
         total += len(data)
         if total > max_total:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner_assembly.runner.jobspec import RunnerSpec
+from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.runner.layout import Layout
 
 BWRAP = "bwrap"
@@ -109,35 +109,34 @@ def command_files(command: Sequence[str]) -> list[Path]:
     return files
 
 
-def job_mounts(spec: RunnerSpec, layout: Layout, volume_dir: Path | None) -> Mounts:
-    """The mounts of one local job: what the backend of ``spec`` may see."""
-    plan = spec["plan"]
+def job_mounts(job: JobFile, layout: Layout, volume_dir: Path | None) -> Mounts:
+    """The mounts of one local job: what the backend of ``job`` may see."""
     writable = [layout.home, layout.workspace_root]
     if volume_dir is not None:
         writable.append(volume_dir)
-    tools = [layout.home_path(use["mountPath"]) for use in plan["secrets"]
-             if use["role"] == "tool" and use["projection"] == "volume"]
-    return Mounts(read_write=tuple(writable), read_only=tuple(readable_paths(spec)),
+    tools = [layout.home_path(str(use.mount_path)) for use in job.plan.secrets
+             if use.role == "tool" and use.projection == "volume"]
+    return Mounts(read_write=tuple(writable), read_only=tuple(readable_paths(job)),
                   read_only_over=tuple(tools))
 
 
-def pod_mounts(spec: RunnerSpec, layout: Layout, scratch: Path) -> Mounts:
+def pod_mounts(job: JobFile, layout: Layout, scratch: Path) -> Mounts:
     """The mounts of a pod's backend: its home (with the session volume mounted in it) and
     workspaces, the volume tool credentials at their mount paths; the runner's ``scratch``
     hidden, and the per-job Secret's mount (the runner token) absent."""
-    tools = [Path(use["mountPath"]) for use in spec["plan"]["secrets"]
-             if use["role"] == "tool" and use["projection"] == "volume"]
+    tools = [Path(str(use.mount_path)) for use in job.plan.secrets
+             if use.role == "tool" and use.projection == "volume"]
     return Mounts(read_write=(layout.home, layout.workspace_root),
-                  read_only=tuple(readable_paths(spec)), read_only_over=tuple(tools),
+                  read_only=tuple(readable_paths(job)), read_only_over=tuple(tools),
                   hidden=(scratch,))
 
 
-def readable_paths(spec: RunnerSpec) -> list[Path]:
+def readable_paths(job: JobFile) -> list[Path]:
     """What any backend reads: Python, the files its command names, the resource bin."""
     readable = python_paths()
-    readable += [path for path in command_files(spec["backend_command"])
+    readable += [path for path in command_files(job.backend_command)
                  if not _within(path.resolve(), [Path("/usr"), *readable])]
-    bin_path = spec.get("resource_bin_path")
+    bin_path = job.resource_bin_path
     if bin_path:
         readable.append(Path(bin_path))
     return readable

@@ -21,7 +21,7 @@ def link_volume(layout: Layout, volume_dir: Path) -> None:
         layout.session_dir.symlink_to(volume_dir, target_is_directory=True)
 
 
-def summarize(root: Path, volume: dict[str, object]) -> dict[str, object]:
+def summarize(root: Path, pvc_name: str | None) -> dict[str, object]:
     """Size, file count and a hash over the sorted relative paths and contents of a volume."""
     digest = hashlib.sha256()
     size = count = 0
@@ -36,6 +36,6 @@ def summarize(root: Path, volume: dict[str, object]) -> dict[str, object]:
             digest.update(hashlib.sha256(content).digest())
             size += len(content)
             count += 1
-    return {"pvcName": volume.get("pvcName"), "pvcPhase": "Bound", "storageSizeBytes": size,
+    return {"pvcName": pvc_name, "pvcPhase": "Bound", "storageSizeBytes": size,
             "storageFilesCount": count, "storageSha256": digest.hexdigest(),
             "storageUpdatedAt": datetime.now(UTC).isoformat()}

@@ -16,7 +16,7 @@ from runner_assembly.assembly.failures import AssemblyFailure
 def probe(tools: list[str], path: str, tools_bundle: bool) -> list[dict[str, object]]:
     """Each required tool, in order, with whether it is on ``path``."""
     bundle_tools: tuple[str, ...] = ()
-    if tools_bundle:  # defaults load msgspec: a job without a tools bundle starts without it
+    if tools_bundle:  # defaults load the manifest model: a job without a tools bundle skips it
         from runner_assembly.assembly.defaults import TOOLS_BUNDLE_SMOKE_TOOLS
 
         bundle_tools = TOOLS_BUNDLE_SMOKE_TOOLS

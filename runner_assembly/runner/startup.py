@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from runner_assembly.assembly.capability import runner_startup_summary, tool_version
 from runner_assembly.assembly.failures import MINIMAL_PATH
-from runner_assembly.runner.jobspec import PlanSpec
+from runner_assembly.contract.plan import RunnerJobPlan
 
 BASE_TOOLS = ("git",)
 """Always in the summary (the local driver's default smoke check)."""
@@ -31,8 +31,8 @@ def _version(tool: str, path: str) -> str | None:
     return tool_version(tool, path)
 
 
-def startup_event(plan: PlanSpec) -> dict[str, object]:
+def startup_event(plan: RunnerJobPlan) -> dict[str, object]:
     """The summary this runner starts with: version, tools with versions, dependency policy,
     ``valuesPrinted=false``."""
-    return runner_startup_summary([*BASE_TOOLS, *plan.get("smokeTools", [])], MINIMAL_PATH,
+    return runner_startup_summary([*BASE_TOOLS, *plan.smoke_tools], MINIMAL_PATH,
                                   _version)

@@ -1,0 +1,96 @@
+"""The runner protocol's messages (DESIGN 9): what a runner job sends and is answered.
+
+The manager's routes decode these bodies (:mod:`api.runner_wire` re-exports them) and the
+runner's client (:mod:`runner_assembly.runner.manager_client`) encodes them: one type per
+message on both sides.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+Channel = Literal["output", "trace"]
+MAX_BATCH_LINES = 1000
+MAX_LINE_BYTES = 64 * 1024
+MAX_ASSEMBLY_BYTES = 64 * 1024
+"""The assembly event is bounded: names, paths and hashes, never contents."""
+ThreadId = Annotated[str, Meta(min_length=1, max_length=128,
+                               pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
+ExitState = Literal["completed", "failed", "blocked", "cancelled"]
+
+
+class Message(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Base of the runner's messages: camelCase names, unknown fields refused."""
+
+
+class ClaimBody(Message, frozen=True):
+    """Claim the job's start; ``claimant`` names this runner process (random, per start)."""
+
+    claimant: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    startup: dict[str, Any] | None = None
+    """The runner's startup event (SPEC 2.11): only its summary fields are kept, bounded."""
+
+
+class LinesBody(Message, frozen=True):
+    """Batch number ``seq`` (1, 2, … per channel) of a job's output or trace lines."""
+
+    channel: Channel
+    seq: Annotated[int, Meta(ge=1, le=2**62)]
+    lines: Annotated[list[Annotated[str, Meta(max_length=MAX_LINE_BYTES)]],
+                     Meta(max_length=MAX_BATCH_LINES)]
+
+
+class AssemblyBody(Message, frozen=True):
+    """The bounded assembly event (SPEC 6)."""
+
+    assembly: dict[str, Any]
+
+
+class ThreadBody(Message, frozen=True):
+    """The thread the backend started or resumed."""
+
+    thread_id: ThreadId
+    mode: Literal["start", "resume"]
+
+
+class HeartbeatBody(Message, frozen=True):
+    """A heartbeat (no fields)."""
+
+
+class ExitBody(Message, frozen=True):
+    """How the job ended, as its runner saw it."""
+
+    state: ExitState
+    exit_code: int | None = None
+    failure_kind: Annotated[str, Meta(max_length=64, pattern=r"^[a-z0-9-]+$")] | None = None
+    failure_message: Annotated[str, Meta(max_length=4000)] | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When the backend (or, when none ran, the runner's work) started and ended: the
+    attempt's real duration, whenever it is refreshed."""
+
+
+class ClaimAnswer(msgspec.Struct, rename="camel", frozen=True):
+    """``start``: true for the first claimant only; any other runner exits without starting
+    the backend."""
+
+    runner_job_id: str
+    start: bool
+
+
+class Ack(msgspec.Struct, rename="camel", frozen=True):
+    """A report was recorded (``accepted``) or had been already (false: a resend)."""
+
+    runner_job_id: str
+    accepted: bool
+
+
+class HeartbeatAnswer(msgspec.Struct, rename="camel", frozen=True):
+    """The lease was renewed for ``leaseSeconds``."""
+
+    runner_job_id: str
+    lease_seconds: float

@@ -1,0 +1,215 @@
+"""The one life of a runner job, wherever it runs (docs/runner-protocol.md).
+
+Claim the job's start with the startup event (a runner that loses exits without starting
+anything), heartbeat, run the assembly steps and send the bounded assembly event, start the
+backend with the prompt on its standard input, relay its output masked by value into the
+runner's scratch files that the shipper sends in numbered batches, report the thread and
+the session volume summary, then the exit. :mod:`runner_assembly.runner.local` and
+:mod:`runner_assembly.runner.pod` keep only what differs: where the job's files live and how
+the backend is wrapped. Secret values are copied, never printed: every line and report
+leaving the job is masked by value first (:data:`MASKER`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+import msgspec
+
+from ledger.states import FailureKind, job_state_of_failure
+from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.assembly.names import CHANNEL_FILES
+from runner_assembly.contract import jobfile
+from runner_assembly.contract.jobfile import JobFile
+from runner_assembly.contract.messages import ExitBody, ExitState
+from runner_assembly.runner.assemble import Assembler, Launch
+from runner_assembly.runner.backend_run import run_relayed
+from runner_assembly.runner.crash import crash_at
+from runner_assembly.runner.launch import check_backend_launch, spawn_failure
+from runner_assembly.runner.layout import Layout
+from runner_assembly.runner.manager_client import ManagerClient
+from runner_assembly.runner.masking import Masker
+from runner_assembly.runner.session_volume import summarize
+from runner_assembly.runner.shipping import Heartbeats, Shipper
+from runner_assembly.runner.startup import startup_event
+
+BLOCKER_FILE = ".svc-blocker"
+"""A backend names a SPEC 7 blocker kind in this file (e.g. a missing thread rollout)."""
+THREAD_FILE = ".svc-thread"
+"""A backend that started a new thread writes its threadId here."""
+MASKER = Masker()
+"""Every secret value this job projected; each line leaving the job is masked with it."""
+Wrapper = Callable[[list[str]], tuple[list[str], str]]
+"""How a place wraps the backend command: the command it runs and the sandbox's name; may
+raise :class:`AssemblyFailure` (no sandbox, no backend)."""
+
+
+def now() -> datetime:
+    """This moment, in UTC: how the exit report times the backend."""
+    return datetime.now(UTC)
+
+
+def read_job(path: Path) -> JobFile:
+    """The job file at ``path`` (:class:`~runner_assembly.contract.jobfile.JobFileRefused`
+    for a version this runner does not know)."""
+    return jobfile.decode(path.read_bytes())
+
+
+def connect(job: JobFile, token: str) -> ManagerClient:
+    """The runner protocol client of ``job`` (base URL ``SVC_RUNNER_API_URL``); the token is
+    masked in everything the job sends."""
+    MASKER.add(token)
+    return ManagerClient(os.environ["SVC_RUNNER_API_URL"], job.runner_job_id, token)
+
+
+def failed(kind: str, message: str, started_at: datetime | None = None,
+           finished_at: datetime | None = None) -> ExitBody:
+    """The exit report of a job that ended with the failure ``kind``."""
+    return ExitBody(state=cast(ExitState, str(job_state_of_failure(kind))), failure_kind=kind,
+                    failure_message=message, started_at=started_at, finished_at=finished_at)
+
+
+class Lifecycle:
+    """One runner job: its file, its client, its scratch directory and its layout."""
+
+    def __init__(self, job: JobFile, client: ManagerClient, scratch: Path, layout: Layout,
+                 volume_root: Path | None) -> None:
+        """``scratch``: the runner's own files (channel files, prompt), never the backend's;
+        ``volume_root``: the session volume to summarise after the backend (None: none)."""
+        self.job = job
+        self.client = client
+        self.scratch = scratch
+        self.layout = layout
+        self.volume_root = volume_root
+        self.faults = frozenset(job.faults)  # test-only crash points (SVC_FAULTS)
+
+    def trace(self, kind: str, **fields: object) -> None:
+        """Append one runner event to the trace channel (names and counts, no values)."""
+        entry = {"at": now().isoformat(), "kind": kind, **fields}
+        with (self.scratch / CHANNEL_FILES["trace"]).open("a") as handle:
+            handle.write(MASKER.mask_text(json.dumps(entry, sort_keys=True)) + "\n")
+
+    def claim(self) -> bool:
+        """Claim the job's start with this runner's startup event; False (and a line on
+        standard output) when another runner has it: start nothing then."""
+        crash_at(self.faults, "runner-crash-before-claim")
+        startup = startup_event(self.job.plan)
+        if not self.client.claim(os.urandom(8).hex(), startup):
+            print("another runner claimed this job's start: exiting without starting it",
+                  flush=True)
+            return False
+        self.trace("runner-started", capability=startup)
+        return True
+
+    def heartbeats(self) -> Heartbeats:
+        """Lease renewals every ``SVC_RUNNER_HEARTBEAT_S`` (default 10 s), from now on."""
+        return Heartbeats(self.client, float(os.environ.get("SVC_RUNNER_HEARTBEAT_S") or 10))
+
+    def shipper(self, sent: Callable[[str], None] | None = None) -> Shipper:
+        """The line shipper over the scratch channel files, from now on."""
+        return Shipper(self.client, {channel: self.scratch / name
+                                     for channel, name in CHANNEL_FILES.items()}, sent)
+
+    def assemble(self, assembler: Assembler) -> Launch | ExitBody:
+        """Run the assembly steps and send the bounded event: how the backend starts (its
+        prompt written to the scratch), or the exit report of a failed assembly."""
+        started = now()
+        try:
+            launch = assembler.run()
+        except AssemblyFailure as failure:
+            self.trace("assembly-failed", failureKind=failure.kind,
+                       steps=assembler.event["steps"])
+            return failed(failure.kind, failure.message, started, now())
+        finally:
+            self.client.assembly(MASKER.mask_json(assembler.bounded_event()))
+        self.trace("assembled", steps=assembler.event["steps"])
+        (self.scratch / "prompt.txt").write_text(launch.stdin)
+        return launch
+
+    def run_backend(self, env: dict[str, str], wrap: Wrapper,
+                    started: Callable[[subprocess.Popen[bytes]], object] | None = None,
+                    ) -> ExitBody:
+        """Start the backend (``wrap``-ped) in the workspace with ``env``, relay its output;
+        report its thread and the volume summary; its exit report."""
+        command, workspace = self.job.backend_command, self.layout.workspace
+        try:
+            check_backend_launch(command, workspace)
+            wrapped, sandbox = wrap(command)
+        except AssemblyFailure as failure:
+            return self._spawn_failed(failure)
+        thread = self.job.plan.thread
+        self.trace("backend-start", thread=thread.mode, threadId=thread.thread_id,
+                   sandbox=sandbox)
+        begun = now()
+        try:
+            code, finished = run_relayed(wrapped, workspace, env, self.scratch, MASKER,
+                                         started)
+        except OSError as error:
+            return self._spawn_failed(spawn_failure(error, command, workspace))
+        report = msgspec.structs.replace(self._outcome(code), started_at=begun,
+                                         finished_at=finished)
+        self._report_after(code, report)
+        return report
+
+    def _spawn_failed(self, failure: AssemblyFailure) -> ExitBody:
+        """The backend could not start: traced, and reported with its failure kind."""
+        self.trace("backend-spawn-failed", failureKind=failure.kind, details=failure.details)
+        return failed(failure.kind, failure.message)
+
+    def _outcome(self, code: int) -> ExitBody:
+        blocker = self.layout.backend_home / BLOCKER_FILE
+        if blocker.is_file():
+            return ExitBody(state="blocked", exit_code=code,
+                            failure_kind=blocker.read_text().strip()[:64]
+                            or FailureKind.INFRA_FAILED,
+                            failure_message="the backend reported a blocker")
+        if code == 0:
+            return ExitBody(state="completed", exit_code=0)
+        return ExitBody(state="failed", exit_code=code,
+                        failure_message=f"backend exited with {code}")
+
+    def _thread(self) -> str | None:
+        """The thread the backend ran: the resumed one, or the one it reports having
+        started."""
+        if self.job.thread_id:
+            return self.job.thread_id
+        started = self.layout.backend_home / THREAD_FILE
+        return started.read_text().strip()[:128] or None if started.is_file() else None
+
+    def _report_after(self, code: int, report: ExitBody) -> None:
+        """Trace the backend's exit; send its thread and the session volume's summary."""
+        thread_id = self._thread()
+        self.trace("backend-exit", exitCode=code, threadId=thread_id, state=report.state)
+        if thread_id:
+            self.client.thread(thread_id, "resume" if self.job.thread_id else "start")
+        volume = self.job.plan.session_volume
+        if self.volume_root is not None and volume is not None:
+            self.client.storage(self.job.session_id, summarize(self.volume_root,
+                                                               volume.pvc_name))
+
+    def finish(self, report: ExitBody, shipper: Shipper,
+               before_ship: Callable[[ExitBody], None] | None = None) -> ExitBody:
+        """Mask the report, ship the rest of the lines, then send the exit; the report as
+        sent. ``before_ship`` sees the masked report first."""
+        report = masked(report)
+        if before_ship is not None:
+            before_ship(report)
+        shipper.finish()
+        crash_at(self.faults, "runner-crash-before-exit")
+        self.client.exit(report)
+        return report
+
+
+def masked(report: ExitBody) -> ExitBody:
+    """The exit report with every secret value this job holds masked out."""
+    return msgspec.structs.replace(
+        report, failure_kind=MASKER.mask_text(report.failure_kind)
+        if report.failure_kind is not None else None,
+        failure_message=MASKER.mask_text(report.failure_message)
+        if report.failure_message is not None else None)
