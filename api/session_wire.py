@@ -12,18 +12,11 @@ from api.wire import Answer, BackendProfile, Camel, Identifier, Prompt, Reason
 from ledger.states import SessionStatus, StorageKind, TurnStatus
 from projections.rows import JsonObject
 from runner_assembly.assembly import model
+from runner_assembly.contract.messages import StorageSummaryBody as StorageSummaryBody
 from runner_assembly.contract.messages import ThreadId
 
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
 CommandId = Annotated[str, Meta(min_length=4, max_length=128, pattern=r"^cmd_[A-Za-z0-9._:@-]*$")]
-Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
-Files = Annotated[int, Meta(ge=0, le=2**31 - 1)]
-"""The widths of the columns that store them (bigint, integer)."""
-RFC3339 = (r"^[1-9][0-9]{3}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)"
-           r"|(0[13578]|1[02])-31)T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
-           r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
-"""Timestamps the decoder accepts, for the OpenAPI document (a subset: no 29 February)."""
-Timestamp = Annotated[datetime, Meta(extra_json_schema={"pattern": RFC3339})]
 
 
 class RunBase(Camel, frozen=True):
@@ -70,17 +63,6 @@ class ControlBody(Camel, frozen=True):
 
     action: Literal["cancel"]
     reason: Reason | None = None
-
-
-class StorageSummaryBody(Camel, frozen=True):
-    """Body of ``POST …/storage/refresh`` as a runner writes it back (may be empty)."""
-
-    storage_size_bytes: Bytes
-    storage_files_count: Files
-    storage_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
-    pvc_name: Identifier | None = None
-    pvc_phase: Annotated[str, Meta(max_length=32, pattern=r"^[A-Za-z]+$")] | None = None
-    storage_updated_at: Timestamp | None = None
 
 
 class Storage(Answer, kw_only=True, frozen=True):

@@ -12,10 +12,10 @@ from msgspec import Meta
 from ledger.states import AttemptStatus, RunStatus, TaskStatus
 from projections.rows import JsonObject
 from runner_assembly.assembly import model
+from runner_assembly.contract.messages import IDENTIFIER_PATTERN as IDENTIFIER_PATTERN
+from runner_assembly.contract.messages import Identifier as Identifier
 
-IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
-Identifier = Annotated[str, Meta(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN)]
 QueueName = Annotated[str, Meta(min_length=1, max_length=128, pattern=QUEUE_PATTERN)]
 Title = Annotated[str, Meta(min_length=1, max_length=300)]
 Prompt = Annotated[str, Meta(min_length=1, max_length=65536)]

@@ -28,6 +28,7 @@ from runner_assembly.contract.messages import (
     HeartbeatBody,
     LinesBody,
     Message,
+    StorageSummaryBody,
     ThreadBody,
 )
 
@@ -67,7 +68,7 @@ class ManagerClient:
         self.retry_for_s = retry_for_s
         self._local = threading.local()
 
-    def post(self, path: str, body: Message | Mapping[str, object]) -> dict[str, Any]:
+    def post(self, path: str, body: Message) -> dict[str, Any]:
         """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
         data = msgspec.json.encode(body)
         deadline = time.monotonic() + self.retry_for_s
@@ -159,7 +160,7 @@ class ManagerClient:
         """Report the thread the backend started or resumed."""
         self._job("thread", ThreadBody(thread_id=thread_id, mode=mode))
 
-    def storage(self, session_id: str, summary: Mapping[str, object]) -> None:
+    def storage(self, session_id: str, summary: StorageSummaryBody) -> None:
         """Write the session volume summary back (SPEC 4.2)."""
         self.post(f"/api/v1/sessions/{session_id}/storage/refresh", summary)
 

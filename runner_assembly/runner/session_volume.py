@@ -11,6 +11,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from runner_assembly.contract.messages import StorageSummaryBody
 from runner_assembly.runner.layout import Layout
 
 
@@ -21,7 +22,7 @@ def link_volume(layout: Layout, volume_dir: Path) -> None:
         layout.session_dir.symlink_to(volume_dir, target_is_directory=True)
 
 
-def summarize(root: Path, pvc_name: str | None) -> dict[str, object]:
+def summarize(root: Path, pvc_name: str | None) -> StorageSummaryBody:
     """Size, file count and a hash over the sorted relative paths and contents of a volume."""
     digest = hashlib.sha256()
     size = count = 0
@@ -36,6 +37,6 @@ def summarize(root: Path, pvc_name: str | None) -> dict[str, object]:
             digest.update(hashlib.sha256(content).digest())
             size += len(content)
             count += 1
-    return {"pvcName": pvc_name, "pvcPhase": "Bound", "storageSizeBytes": size,
-            "storageFilesCount": count, "storageSha256": digest.hexdigest(),
-            "storageUpdatedAt": datetime.now(UTC).isoformat()}
+    return StorageSummaryBody(
+        storage_size_bytes=size, storage_files_count=count, storage_sha256=digest.hexdigest(),
+        pvc_name=pvc_name, pvc_phase="Bound", storage_updated_at=datetime.now(UTC))
