@@ -17,13 +17,15 @@ $(STAMP): pyproject.toml
 	@echo "svc: creating $(VENV) and installing the dependencies (first time: about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 # checkov pins its own dependency tree, so it gets an environment of its own.
+# --no-compile (here and above): Python compiles what is imported on first use; compiling
+# every installed file up front took half of the install.
 $(CHECKOV):
 	$(PYTHON) -m venv .venv-checkov
-	.venv-checkov/bin/pip install --quiet 'checkov==3.3.30'
+	.venv-checkov/bin/pip install --quiet --no-compile 'checkov==3.3.30'
 
 # The local driver runs backends under bubblewrap: installed here when missing (as root).
 bwrap:
