@@ -6,23 +6,34 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 CHECKOV := .venv-checkov/bin/checkov
 
-.PHONY: setup bwrap run test lint test-embedded test-pg15 bench bench-quick bench-tools clean
+# Test processes per pass (pytest-xdist workers); `make test TEST_WORKERS=1` runs one.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS)
+
+.PHONY: setup bwrap debs run test test-setup lint test-embedded test-pg15 bench bench-quick \
+	bench-tools clean
 
 $(STAMP): pyproject.toml
 	@echo "svc: creating $(VENV) and installing the dependencies (first time: about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 # checkov pins its own dependency tree, so it gets an environment of its own.
+# --no-compile (here and above): Python compiles what is imported on first use; compiling
+# every installed file up front took half of the install.
 $(CHECKOV):
 	$(PYTHON) -m venv .venv-checkov
-	.venv-checkov/bin/pip install --quiet 'checkov==3.3.30'
+	.venv-checkov/bin/pip install --quiet --no-compile 'checkov==3.3.30'
 
 # The local driver runs backends under bubblewrap: installed here when missing (as root).
 bwrap:
-	@bash scripts/ensure-bwrap.sh
+	@bash scripts/ensure-debs.sh bwrap
+
+# What the tests need from Debian (bubblewrap, postgresql-15): one apt-get update for both.
+debs:
+	@bash scripts/ensure-debs.sh bwrap pg15
 
 setup: $(STAMP) bwrap
 
@@ -30,17 +41,26 @@ run: $(STAMP) bwrap
 	@echo "svc: starting the service (embedded Postgres in .svc/, migrations, then the API)"
 	$(BIN)/svc serve
 
-test: lint test-embedded test-pg15
+# Install everything at once (venv, checkov's venv, Debian packages), then lint and test one
+# step at a time: every test on the embedded PostgreSQL 18 (the `serial` ones alone after
+# the others), then the `pg_versions` ones (SQL, migrations, ledger, projections, replay,
+# roles, locks: see tests/conftest.py) again on PostgreSQL 15.
+test: test-setup
+	@$(MAKE) --no-print-directory lint test-embedded test-pg15
+
+test-setup:
+	@$(MAKE) --no-print-directory -j3 $(STAMP) $(CHECKOV) debs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test-embedded: $(STAMP) $(CHECKOV) bwrap
-	$(BIN)/pytest -q
+	$(PYTEST) --durations=25 -m 'not serial'
+	$(BIN)/pytest -q -m serial
 
-test-pg15: $(STAMP) $(CHECKOV) bwrap
-	bash scripts/with-pg15.sh $(BIN)/pytest -q
+test-pg15: $(STAMP) bwrap
+	bash scripts/with-pg15.sh $(PYTEST) -m pg_versions
 
 # The peers (Procrastinate, PgQueuer) come from the `bench` extra; wrk from Debian.
 $(BENCH_STAMP): pyproject.toml $(STAMP)

@@ -1,20 +1,11 @@
 #!/usr/bin/env bash
 # Run a command against a throwaway PostgreSQL 15 cluster (Debian's postgresql-15 binaries),
-# with SVC_DATABASE_URL pointing at it. Installs the package if missing. Postgres refuses to
-# run as root, so as root the cluster runs as the unprivileged user "svcpg".
+# with SVC_DATABASE_URL pointing at it. Installs the package if missing (ensure-debs.sh).
+# Postgres refuses to run as root, so as root the cluster runs as the unprivileged user "svcpg".
 set -euo pipefail
 
 PG_BIN=/usr/lib/postgresql/15/bin
-if [ ! -x "$PG_BIN/postgres" ]; then
-    echo "with-pg15: installing Debian's postgresql-15" >&2
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "with-pg15: postgresql-15 is missing and installing it needs root" >&2
-        exit 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
-fi
+bash "$(dirname "$0")/ensure-debs.sh" pg15
 
 run_as=()
 owner=$(id -un)

@@ -34,6 +34,31 @@ TEMPLATE = f"svc_template_{os.getpid()}"
 SERVER_PIDS: dict[str, int] = {}
 """Process id of each running ``svc serve`` started by the tests, by base URL."""
 
+PG_VERSION_SENSITIVE = frozenset({
+    "test_ledger", "test_integrity", "test_projection_registry", "test_no_http_path",
+    "test_replay_property", "test_attempt_property", "test_optimistic_commit",
+    "test_writer_batching", "test_writer_groups", "test_read_cache", "test_polling",
+    "test_recovery", "test_turn_reservation", "test_api_queue", "test_task_records",
+    "test_judge_runs",
+})
+"""Modules whose subject is Postgres' own behaviour (SQL, migrations, ledger, projections,
+replay, roles and grants, locks and concurrent commits): marked ``pg_versions``, which
+``make test`` runs on PostgreSQL 15 as well; every other test runs once, on the embedded 18."""
+
+SERIAL = frozenset({"test_connections"})
+"""Modules that time a server under hundreds of connections: marked ``serial``, which
+``make test`` runs alone after the others (which run on two processes)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of the modules above (before ``-m`` selects)."""
+    for item in items:
+        if item.path.stem in PG_VERSION_SENSITIVE:
+            item.add_marker(pytest.mark.pg_versions)
+        if item.path.stem in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:

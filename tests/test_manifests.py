@@ -61,7 +61,14 @@ def _set(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[st
     return mutated
 
 
-_DELETE = object()
+class _Delete:
+    """Marks a field to remove; its repr is stable (test ids must match across xdist workers)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Delete()
 BROKEN: list[tuple[tuple[Any, ...], Any, str]] = [
     (("manifestVersion",), "1", "$.manifestVersion"),
     (("manifestVersion",), _DELETE, "$"),
