@@ -24,17 +24,15 @@ class AttemptController(Controller):
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
         body = await read_body(request, wire.DispatchBody, empty_ok=True, gate=model.gate)
-        if dry_run or body.dry_run:
-            return await queue_api.preview_dispatch(task_id, body)
-        return await queue_api.dispatch(task_id, body)
+        answer = queue_api.preview_dispatch if dry_run or body.dry_run else queue_api.dispatch
+        return await answer(task_id, body)
 
     @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
     async def refresh(self, queue_api: QueueDep, task_id: TaskId,
                       dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Write the core run's terminal state back to the task; no-op while it runs."""
-        if dry_run:
-            return await queue_api.preview_refresh(task_id)
-        return await queue_api.refresh(task_id)
+        answer = queue_api.preview_refresh if dry_run else queue_api.refresh
+        return await answer(task_id)
 
     @get("/attempts", responses=READ_ERRORS)
     async def attempts(self, queue_api: QueueDep, task_id: TaskId, cursor: RetryCursor = 0,
@@ -51,9 +49,8 @@ class AttemptController(Controller):
                     ) -> Response[wire.JudgeRun | wire.DryRun]:
         """Record a judge's verdict on an ended attempt (SPEC 2.3); it never retries."""
         body = await read_body(request, wire.JudgeBody)
-        if dry_run or body.dry_run:
-            return await queue_api.preview_judge(task_id, attempt_id, body)
-        return await queue_api.judge(task_id, attempt_id, body)
+        answer = queue_api.preview_judge if dry_run or body.dry_run else queue_api.judge
+        return await answer(task_id, attempt_id, body)
 
     @command("/retry", wire.RetryBody, examples.RETRY, WRITE_ERRORS)
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
@@ -64,6 +61,5 @@ class AttemptController(Controller):
         ``Idempotent-Replayed: true``.
         """
         body = await read_body(request, wire.RetryBody)
-        if dry_run or body.dry_run:
-            return await queue_api.preview_retry(task_id, body)
-        return await queue_api.retry(task_id, body)
+        answer = queue_api.preview_retry if dry_run or body.dry_run else queue_api.retry
+        return await answer(task_id, body)

@@ -52,9 +52,8 @@ class QueueController(Controller):
         is the original task: 200 with header ``Idempotent-Replayed: true``.
         """
         body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
-        if dry_run:
-            return await queue_api.preview_submit(body, idempotency_key)
-        return await queue_api.submit(body, idempotency_key)
+        answer = queue_api.preview_submit if dry_run else queue_api.submit
+        return await answer(body, idempotency_key)
 
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(
@@ -77,18 +76,16 @@ class QueueController(Controller):
         """Cancel a task (optional ``reason``)."""
         body = await read_body(request, wire.CancelBody, empty_ok=True)
         reason = body.reason or None
-        if dry_run:
-            return await queue_api.preview_cancel(task_id, reason)
-        return await queue_api.cancel(task_id, reason)
+        answer = queue_api.preview_cancel if dry_run else queue_api.cancel
+        return await answer(task_id, reason)
 
     @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS)
     async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
         body = await read_body(request, wire.ReadBody)
-        if dry_run:
-            return await queue_api.preview_read(task_id, body.reader_id)
-        return await queue_api.read(task_id, body.reader_id)
+        answer = queue_api.preview_read if dry_run else queue_api.read
+        return await answer(task_id, body.reader_id)
 
     @get("/stats", responses=READ_ERRORS)
     async def stats(self, queue_api: QueueDep,

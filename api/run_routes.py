@@ -35,6 +35,6 @@ class RunnerJobController(Controller):
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""
         body = await read_body(request, wire.RunnerJobBody, empty_ok=True, gate=model.gate)
-        if dry_run or body.dry_run:
-            return await queue_api.preview_runner_job(run_id, body)
-        return await queue_api.create_runner_job(run_id, body)
+        dry = dry_run or body.dry_run
+        answer = queue_api.preview_runner_job if dry else queue_api.create_runner_job
+        return await answer(run_id, body)

@@ -91,18 +91,16 @@ class SessionController(Controller):
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
         body = await read_body(request, sw.SessionReadBody, empty_ok=True)
-        if dry_run:
-            return await session_api.preview_read(session_id, body.reader_id)
-        return await session_api.read(session_id, body.reader_id)
+        answer = session_api.preview_read if dry_run else session_api.read
+        return await answer(session_id, body.reader_id)
 
     @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS)
     async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
         body = await read_body(request, sw.ControlBody)
-        if dry_run:
-            return await session_api.preview_cancel(session_id, body.reason)
-        return await session_api.cancel(session_id, body.reason)
+        answer = session_api.preview_cancel if dry_run else session_api.cancel
+        return await answer(session_id, body.reason)
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
           responses={**WRITE_ERRORS, **error_responses(401)}, opt=body(
@@ -163,6 +161,5 @@ class RunCommandController(Controller):
         """Add a command (a turn with its prompt) to a run; it resumes the session's
         thread. An evicted session answers ``session-store-evicted`` and creates nothing."""
         body = await read_body(request, sw.CommandBody, gate=model.gate)
-        if dry_run:
-            return await session_api.preview_command(run_id, body)
-        return await session_api.add_command(run_id, body)
+        answer = session_api.preview_command if dry_run else session_api.add_command
+        return await answer(run_id, body)
