@@ -72,7 +72,8 @@ class JobOrder:
     """One runner job to bring into existence in a reserved session turn."""
 
     spec: JobSpec
-    """What the driver creates (its token is added here)."""
+    """What the driver creates, without its token (:meth:`JobMaterializer.materialize`
+    issues one and adds it)."""
     turn: ReserveTurn
     actor: str
     task_id: str = ""
@@ -124,10 +125,11 @@ class JobMaterializer:
                                  run_id=order.spec.job.run_id, task_id=order.task_id,
                                  attempt_id=order.attempt_id)
         try:
-            await self._reserve(order, [order.turn, issue], conn)
+            reserved = await self._reserve(order, [order.turn, issue], conn)
         except DomainError as refusal:
             raise TurnRefused(refusal) from refusal
-        faults.crash_after_reserve(self.settings.faults)
+        if reserved:  # a turn reserved now (not resumed): its job does not exist yet
+            faults.crash_after_reserve(self.settings.faults)
         spec = dataclasses.replace(order.spec, runner_token=token)
         log.debug("creating runner job %s: plan %s", spec.runner_job_id, spec.job.plan)
         try:
@@ -146,20 +148,21 @@ class JobMaterializer:
             [*order.recorded(handle), start, *order.then], order.actor)
 
     async def _reserve(self, order: JobOrder, reservation: list[Command],
-                       conn: DbConnection) -> None:
+                       conn: DbConnection) -> bool:
         """Record the prelude and the reservation (one transaction unless a capacity slot
-        must be taken between them); the session volume exists afterwards."""
+        must be taken between them); the session volume exists afterwards. Whether the
+        turn was reserved now (False: a replay found it reserved)."""
         together = not order.takes_capacity
         first = [*order.prelude, *reservation] if together else list(order.prelude)
-        if first:
-            await self.writer.execute_all(first, order.actor)
+        outcomes = await self.writer.execute_all(first, order.actor) if first else []
         if order.volume is not None:
             await self.driver.ensure_volume(order.volume)
-        if together:
-            return
-        if not await self._take_capacity(conn):
-            raise CapacityExhausted()
-        await self.writer.execute_all(reservation, order.actor)
+        if not together:
+            if not await self._take_capacity(conn):
+                raise CapacityExhausted()
+            outcomes = await self.writer.execute_all(reservation, order.actor)
+        turn, _token = outcomes[-2:]  # the reservation is [turn, token], recorded last
+        return bool(turn.events)
 
     async def _take_capacity(self, conn: DbConnection) -> bool:
         """Compare-and-swap one slot of the namespace's capacity, reclaiming finished jobs."""

@@ -14,12 +14,11 @@ from ledger.task import AttemptIds, FinishAttempt
 from ledger.writer import Outcome, Writer
 from runner_assembly.assembly.capability import startup_record
 from runner_assembly.drivers.protocol import JobStatus
+from runner_assembly.orchestration.attempt_jobs import ACTOR
 from runner_assembly.orchestration.facts import TaskReader, bounded
 from runner_assembly.orchestration.preview import Preview
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
 from runner_assembly.orchestration.session_turns import SessionTurns
-
-ACTOR = "dispatcher"
 
 
 def finish_command(task_id: str, row: AttemptIds, status: JobStatus) -> FinishAttempt:

@@ -26,7 +26,6 @@ from ledger.session import (
     RefreshStorage,
     ReserveTurn,
     SessionState,
-    StartTurn,
     refuse_new_turn,
 )
 from ledger.states import StorageKind, TurnStatus, turn_status_of
@@ -35,7 +34,7 @@ from ledger.writer import Writer
 from projections import orchestration_queries as oq
 from projections.session_summary import SessionRow, expires_after
 from runner_assembly.assembly.resolve import Resolver
-from runner_assembly.drivers.protocol import JobHandle, JobStatus, RunnerDriver
+from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
 from runner_assembly.settings import RunnerSettings
 
 ACTOR = "session-layer"
@@ -158,24 +157,6 @@ class SessionTurns:
             thread_id=thread_id, expires_at=expires_after(datetime.now(UTC), ttl),
             task_id=task_id, prompt_sha256=hashlib.sha256(encoded).hexdigest(),
             prompt_bytes=len(encoded)), profile)
-
-    async def reserve_turn(self, session_id: str, *, run_id: str, command_id: str,
-                           runner_job_id: str, thread_id: str | None, task_id: str | None,
-                           prompt: str, profile: str) -> None:
-        """Reserve the turn before its runner job exists (a replay finds it and goes on)."""
-        await self.writer.execute(self.reserve_command(
-            session_id, await self.row(session_id), run_id=run_id, command_id=command_id,
-            runner_job_id=runner_job_id, thread_id=thread_id, task_id=task_id, prompt=prompt,
-            profile=profile), ACTOR)
-
-    def start_command(self, session_id: str, handle: JobHandle,
-                      runner_job_id: str) -> StartTurn:
-        """The command that records that the reserved turn's runner job exists."""
-        return StartTurn(session_id, runner_job_id, handle.driver, handle.handle)
-
-    async def start_turn(self, session_id: str, handle: JobHandle, runner_job_id: str) -> None:
-        """Record that the reserved turn's runner job exists."""
-        await self.writer.execute(self.start_command(session_id, handle, runner_job_id), ACTOR)
 
     async def abandon_turn(self, session_id: str, runner_job_id: str, failure_kind: str,
                            failure_message: str) -> None:
