@@ -99,7 +99,7 @@ class BundleItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     commit_id: str | None = msgspec.field(default=None, name="commitId")
 
 
-class PromptItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+class PromptItem(msgspec.Struct, kw_only=True):
     """A prompt in the bundle (the task's ``resourceBundleRef.promptRefs[]``)."""
 
     name: str
