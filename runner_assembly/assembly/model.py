@@ -17,7 +17,9 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ledger.errors import DomainError, InvalidRequest
 from ledger.states import FailureKind
+from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.names import SESSION_ENV, STATIC_ENV
+from runner_assembly.contract.jobfile import FetchAllow
 
 FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 K8sName = Annotated[str, Meta(min_length=1, max_length=253,
@@ -75,14 +77,18 @@ overlay (DESIGN 13)."""
 # The rules of :func:`check` and :func:`check_names`, written as JSON Schema for the OpenAPI
 # document (``extra_json_schema`` changes no decoding: the checks below stay the authority).
 _END = r"(?![\s\S])"
-_HOST = r"[A-Za-z0-9._~%!$&'()*+,;=-]+(:[0-9]{1,5})?"
+_NAME_END = r"(?![a-z0-9.-])"
+_HOST_NAME = (r"(?!(metadata\.google\.internal|metadata\.goog|instance-data\.ec2\.internal)"
+              + _NAME_END + r")[a-z0-9-]+(\.[a-z0-9-]+)*\.(?!localhost" + _NAME_END
+              + r")[a-z][a-z0-9-]*")
+_HOST = _HOST_NAME + r"(:[0-9]{1,5})?"
 _URL_PATH = r"(/[!-\"$->@-~]*)?"
 REPO_URL_SCHEMA = {"pattern": (
-    r"^(git@[A-Za-z0-9.-]+:[!-.0-~][!-~]*"
-    r"|https?://" + _HOST + _URL_PATH + r"|(ssh|git)://(git@)?" + _HOST + _URL_PATH
-    + r"|file://[A-Za-z0-9._~%!$&'()*+,;=:-]*" + _URL_PATH + r")$")}
+    r"^(git@" + _HOST_NAME + r":[!-.0-~][!-~]*"
+    r"|https?://" + _HOST + _URL_PATH + r"|(ssh|git)://(git@)?" + _HOST + _URL_PATH + r")$")}
 """A subset of what :func:`check_repo_url` accepts: printable ASCII, no query, fragment or
-credentials."""
+credentials, a host name (not ``localhost`` or a metadata name; addresses and ``file://``
+only as the operator allows them, DESIGN 13)."""
 RELATIVE_PATH_SCHEMA = {"pattern": (
     r"^(?!/)(?![\s\S]*?(^|[/\\])(\.|%2[eE]){2}([/\\]|" + _END + r"))[^\x00]*$")}
 _SEGMENT_END = r"(/|" + _END + r")"
@@ -310,11 +316,20 @@ REPO_SCHEMES = ("https", "http", "ssh", "git", "file")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\s][^\s]*$")
 
 
-def check_repo_url(value: str, field: str) -> None:
-    """A repository URL without credentials: they travel only as ``credentialRef``.
+def check_repo_url(value: str, field: str, allow: FetchAllow | None = None) -> None:
+    """A repository URL without credentials (they travel only as ``credentialRef``), and
+    no ``file://`` URL, loopback, link-local or metadata host unless the operator's
+    ``allow`` names it (:func:`fetch_policy.lexical`).
 
     The message never repeats the URL, which may hold a password.
     """
+    _check_repo_syntax(value, field)
+    refusal = fetch_policy.lexical(value, allow or FetchAllow())
+    if refusal is not None:
+        raise SchemaInvalid(f"{field}: {refusal}", field=field)
+
+
+def _check_repo_syntax(value: str, field: str) -> None:
     if _SCP_LIKE.match(value) and value.split("@", 1)[0] == "git":
         return
     try:
@@ -335,15 +350,18 @@ def check_repo_url(value: str, field: str) -> None:
 
 
 def check(resource_bundle: ResourceBundleRef | None,
-          policy: ExecutionPolicy | None, workspace: WorkspaceRef | None = None) -> None:
-    """The rules no type can state; raises ``schema-invalid``."""
+          policy: ExecutionPolicy | None, workspace: WorkspaceRef | None = None,
+          allow: FetchAllow | None = None) -> None:
+    """The rules no type can state; raises ``schema-invalid``. ``allow``: the operator's
+    fetch allow-list (default: none)."""
     if workspace is not None and isinstance(workspace.repoUrl, str):
-        check_repo_url(workspace.repoUrl, "workspaceRef.repoUrl")
+        check_repo_url(workspace.repoUrl, "workspaceRef.repoUrl", allow)
     if resource_bundle is not None:
-        check_repo_url(resource_bundle.repoUrl, "resourceBundleRef.repoUrl")
+        check_repo_url(resource_bundle.repoUrl, "resourceBundleRef.repoUrl", allow)
         for i, bundle in enumerate(resource_bundle.bundles):
             if isinstance(bundle.repoUrl, str):
-                check_repo_url(bundle.repoUrl, f"resourceBundleRef.bundles[{i}].repoUrl")
+                check_repo_url(bundle.repoUrl, f"resourceBundleRef.bundles[{i}].repoUrl",
+                               allow)
         for i, bundle in enumerate(resource_bundle.bundles):
             check_relative_path(bundle.subpath, f"resourceBundleRef.bundles[{i}].subpath")
             check_relative_path(bundle.target_path,
@@ -386,11 +404,12 @@ class AssemblyInputs(Strict, frozen=True):
 ASSEMBLY_FIELDS = tuple(AssemblyInputs.__struct_fields__)
 
 
-def gate(raw: Any) -> None:
+def gate(raw: Any, allow: FetchAllow | None = None) -> None:
     """The one validation gate (DESIGN 8) of every entry carrying assembly inputs: submit,
     dispatch, the runner-job API, session run bases and run commands, on the decoded JSON
     before anything is stored or reserved. Old inputs and the rules no type states are
-    ``schema-invalid``; a malformed field is ``invalid-request``."""
+    ``schema-invalid``; a malformed field is ``invalid-request``. ``allow``: the operator's
+    fetch allow-list (the app's ``gate_policy`` state; default: none)."""
     if not isinstance(raw, dict):
         return
     reject_old_inputs(raw)
@@ -401,14 +420,14 @@ def gate(raw: Any) -> None:
         inputs = msgspec.convert(present, AssemblyInputs)
     except msgspec.ValidationError as error:
         raise InvalidRequest(f"invalid body: {error}") from None
-    check(inputs.resourceBundleRef, inputs.executionPolicy, inputs.workspaceRef)
+    check(inputs.resourceBundleRef, inputs.executionPolicy, inputs.workspaceRef, allow)
     if inputs.transientEnv:
         check_names(inputs.transientEnv)
 
 
-def gate_run_base(raw: Any) -> None:
+def gate_run_base(raw: Any, allow: FetchAllow | None = None) -> None:
     """The gate for a body whose assembly inputs sit under ``runBase`` (a session)."""
-    gate(raw.get("runBase") if isinstance(raw, dict) else None)
+    gate(raw.get("runBase") if isinstance(raw, dict) else None, allow)
 
 
 def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dict[str, str],
