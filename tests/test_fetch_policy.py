@@ -134,6 +134,15 @@ def test_a_name_resolving_to_a_forbidden_address_is_refused(
     assert fetch_policy.resolved("https://nx.example/x.git", FetchAllow(), strict=True)
 
 
+def test_a_host_that_does_not_resolve_at_fetch_time_is_unavailable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_dns(monkeypatch, {})
+    with pytest.raises(AssemblyFailure) as failed:
+        fetch_policy.check_fetch("https://gone.example/x.git", FetchAllow(), strict=True)
+    assert failed.value.kind == "bundle-unavailable"
+    fetch_policy.check_fetch("https://gone.example/x.git", FetchAllow(), strict=False)
+
+
 def test_the_lookup_is_bounded_in_time() -> None:
     assert fetch_policy.lookup("localhost", 80, 2.0) is not None
     assert fetch_policy.lookup("no-such-host.invalid", 80, 0.5) is None

@@ -25,9 +25,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from ledger.states import FailureKind
+from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.contract.jobfile import FetchAllow
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+UNRESOLVED = "did not resolve"
 DNS_TIMEOUT_S = 2.0
 """How long a dispatch or a runner waits for one host's addresses."""
 DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
@@ -171,11 +174,22 @@ def resolved(url: str, allow: FetchAllow, *, strict: bool,
         return None
     addresses = lookup(found.host, found.port, timeout)
     if addresses is None:
-        return f"repository host {found.host} did not resolve" if strict else None
+        return f"repository host {found.host} {UNRESOLVED}" if strict else None
     if any(forbidden(a) for a in addresses):
         return (f"repository host {found.host} resolves to a loopback, link-local or "
                 "metadata address (not in SVC_FETCH_ALLOW_HOSTS)")
     return None
+
+
+def check_fetch(url: str, allow: FetchAllow, *, strict: bool) -> None:
+    """:class:`AssemblyFailure` for a fetch the operator does not allow
+    (``tenant-policy-denied``: a file path, or a host that is or resolves to a refused
+    address) and, ``strict``, for a host that does not resolve (``bundle-unavailable``)."""
+    refusal = lexical(url, allow) or resolved(url, allow, strict=strict)
+    if refusal is not None:
+        kind = (FailureKind.BUNDLE_UNAVAILABLE if refusal.endswith(UNRESOLVED)
+                else FailureKind.TENANT_POLICY_DENIED)
+        raise AssemblyFailure(kind, refusal)
 
 
 def lookup(host: str, port: int | None, timeout: float) -> list[Address] | None:

@@ -206,14 +206,6 @@ class Resolver:
         urls = [bundle["repoUrl"]] + [b["repoUrl"] for b in bundle.get("bundles", [])
                                       if b.get("repoUrl")]
         fetches = [mirror_fetch(url, self.defaults) for url in dict.fromkeys(urls)]
-        for fetch in fetches:
-            self._check_fetch(fetch.fetch_repo_url)
+        for fetch in fetches:  # a host resolving to a refused address: tenant-policy-denied
+            fetch_policy.check_fetch(fetch.fetch_repo_url, self.fetch_allow, strict=False)
         return fetches
-
-    def _check_fetch(self, url: str) -> None:
-        """``tenant-policy-denied`` for a fetch the operator does not allow: a file path, or
-        a host that is or now resolves to a loopback, link-local or metadata address."""
-        refusal = fetch_policy.lexical(url, self.fetch_allow) or fetch_policy.resolved(
-            url, self.fetch_allow, strict=False)
-        if refusal is not None:
-            raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED, refusal)

@@ -71,11 +71,7 @@ def clone(url: str, dest: Path, credential_dir: Path | None,
           allow: FetchAllow | None = None) -> None:
     """Clone ``url`` into ``dest`` without checking anything out, once the fetch policy
     allows it (checked again here, resolving the host: DNS can change)."""
-    allowed = allow or FetchAllow()
-    refusal = fetch_policy.lexical(url, allowed) or fetch_policy.resolved(
-        url, allowed, strict=True)
-    if refusal is not None:
-        raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED, refusal)
+    fetch_policy.check_fetch(url, allow or FetchAllow(), strict=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with askpass(credential_dir) as env:
         git("clone", "--no-local", "--no-checkout", "--quiet", "--", url, str(dest), env=env)
