@@ -23,7 +23,9 @@ T = TypeVar("T")
 MAX_DEPTH = 32
 THREAD_BODY_BYTES = 16 * 1024
 """Bodies larger than this are decoded and scanned in a worker thread, off the event loop."""
-Gate = Callable[[object], None]
+Gate = Callable[[object, Any], None]
+"""An entry's validation gate: the decoded JSON and the app's ``gate_policy`` state (the
+operator's fetch allow-list, :class:`runner_assembly.contract.jobfile.FetchAllow`)."""
 RUNTIME_KEY_PATHS = frozenset({"$.transientEnv.LAB_API_KEY"})
 """The one place a key may be sent (SPEC 5.2 rule 8): the owner-scoped runtime key reaches
 the job through its per-job secret and is never stored, so its shape is not refused."""
@@ -40,7 +42,8 @@ def _decoder(kind: type[T]) -> msgspec.json.Decoder[T]:
     return _decoders[kind]
 
 
-def decode(raw: bytes, kind: type[T], *, empty_ok: bool, gate: Gate | None = None) -> T:
+def decode(raw: bytes, kind: type[T], *, empty_ok: bool, gate: Gate | None = None,
+           policy: object = None) -> T:
     """Decode ``raw`` into ``kind`` or raise ``invalid-request`` naming the problem.
 
     Every string is checked (:func:`check_strings`) before anything else looks at it; with a
@@ -61,7 +64,7 @@ def decode(raw: bytes, kind: type[T], *, empty_ok: bool, gate: Gate | None = Non
         return value
     document = _parse(raw, object)
     check_strings(document)
-    gate(document)
+    gate(document, policy)
     return convert(document, kind)
 
 
@@ -124,9 +127,11 @@ async def read_body(request: Request[object, object, State], kind: type[T], *,
     """Read and strictly decode the request body (every JSON body of the API passes here);
     a large one is decoded and scanned in a worker thread."""
     raw = await body_bytes(request)
+    policy = request.app.state.get("gate_policy") if gate is not None else None
     if len(raw) > THREAD_BODY_BYTES:
-        return await asyncio.to_thread(decode, raw, kind, empty_ok=empty_ok, gate=gate)
-    return decode(raw, kind, empty_ok=empty_ok, gate=gate)
+        return await asyncio.to_thread(decode, raw, kind, empty_ok=empty_ok, gate=gate,
+                                       policy=policy)
+    return decode(raw, kind, empty_ok=empty_ok, gate=gate, policy=policy)
 
 
 async def body_bytes(request: Request[object, object, State]) -> bytes:

@@ -54,6 +54,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     runner_start_s: float
     resource_bin_path: str | None
     workspace_root: str | None
+    fetch_allow_file_roots: tuple[str, ...]
+    fetch_allow_hosts: tuple[str, ...]
     log_level: str
     runner_retention: bool
     runner_capacity: int
@@ -128,7 +130,9 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             session_sync_interval_ms=self.session_sync_interval_ms,
             local_sandbox=self.local_sandbox, pod_sandbox=self.pod_sandbox,
             runner_api_url=self.runner_api_url, runner_heartbeat_s=self.runner_heartbeat_s,
-            runner_lease_s=self.runner_lease_s, runner_start_s=self.runner_start_s)
+            runner_lease_s=self.runner_lease_s, runner_start_s=self.runner_start_s,
+            fetch_allow_file_roots=self.fetch_allow_file_roots,
+            fetch_allow_hosts=self.fetch_allow_hosts)
 
 
 def _parsed(variable: Variable, value: str | None) -> object:

@@ -74,6 +74,28 @@ def budgets(_name: str, value: str) -> dict[str, str]:
     return {queue.strip(): budget.strip() for queue, budget in pairs}
 
 
+def directories(name: str, value: str) -> tuple[str, ...]:
+    """Absolute directories, ``:``-separated."""
+    roots = tuple(root for root in value.split(":") if root)
+    for root in roots:
+        if not root.startswith("/"):
+            raise ValueError(f"{name} takes absolute directories, not {root!r}")
+    return roots
+
+
+def hosts(name: str, value: str) -> tuple[str, ...]:
+    """``host[:port]`` entries (``[v6]:port`` for IPv6), comma-separated."""
+    from runner_assembly.assembly.fetch_policy import split_host
+
+    entries = tuple(entry.strip() for entry in value.split(",") if entry.strip())
+    for entry in entries:
+        try:
+            split_host(entry)
+        except ValueError:
+            raise ValueError(f"{name} takes host[:port] entries, not {entry!r}") from None
+    return entries
+
+
 def command(_name: str, value: str) -> tuple[str, ...] | None:
     """A shell-style command line, or None when unset."""
     return tuple(shlex.split(value)) if value else None
@@ -223,6 +245,14 @@ VARIABLES: tuple[Variable, ...] = (
             "absolute directory checkouts go under (locally `<root>/<runnerJobId>/`; in a pod "
             "the workspace volume's mount, default `/workspace`); `svc serve` refuses a root "
             "that is, holds or lies in `/app`, the secret store or the session directories"),
+    _server("SVC_FETCH_ALLOW_FILE_ROOTS", "", directories,
+            "absolute directories, `:`-separated, whose `file://` repositories runners may "
+            "fetch (never below the data directory or the workspace root); unset: `file://` "
+            "repository URLs are refused (DESIGN 13)"),
+    _server("SVC_FETCH_ALLOW_HOSTS", "", hosts,
+            "`host[:port]` entries, comma-separated, that runners may fetch repositories from "
+            "although they are, or resolve to, loopback, link-local or metadata addresses "
+            "(checked at submit, at dispatch and by the runner before `git` runs)"),
     _server("SVC_LOG_LEVEL", "INFO", text,
             "log level of `svc serve`; `DEBUG` adds an access line for every successful "
             "request (failed ones, status 400 and up, are logged at `INFO`)"),

@@ -8,6 +8,7 @@ from pathlib import Path
 from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults
 from runner_assembly.assembly.profiles import PROFILES
 from runner_assembly.assembly.workspace_root import check_root_setting
+from runner_assembly.contract.jobfile import FetchAllow
 from runner_assembly.runner.launch import isolated_python
 
 DEFAULT_NAMESPACE = "svc-v01"
@@ -69,6 +70,21 @@ class RunnerSettings:
     runner_start_s: float = 600.0
     """``SVC_RUNNER_START_S``: how much longer than the lease a job may stay silent while its
     driver sees it alive (a pod's container being started: an image pull)."""
+    fetch_allow_file_roots: tuple[str, ...] = ()
+    """``SVC_FETCH_ALLOW_FILE_ROOTS``: where ``file://`` repositories may lie."""
+    fetch_allow_hosts: tuple[str, ...] = ()
+    """``SVC_FETCH_ALLOW_HOSTS``: loopback, link-local or metadata hosts runners may fetch
+    from."""
+
+    @property
+    def fetch_allow(self) -> FetchAllow:
+        """The fetch allow-list the gate, the resolver and every runner job check: the
+        settings' roots and hosts, and never the data directory or the workspace root."""
+        denied = [str(self.data_dir.resolve())]
+        if self.workspace_root:
+            denied.append(self.workspace_root)
+        return FetchAllow(file_roots=list(self.fetch_allow_file_roots),
+                          hosts=list(self.fetch_allow_hosts), denied_roots=denied)
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:

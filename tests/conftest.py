@@ -61,6 +61,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
 
 
+FETCH_ROOTS = "SVC_FETCH_ALLOW_FILE_ROOTS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fetch_allow_file_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tests' own repositories are ``file://`` URLs in pytest's temporary directories:
+    the operator allow-list (DESIGN 13) names that root for every server the tests build
+    (``ServiceSettings.from_env`` and :func:`running_api`). Data directories below it stay
+    refused (the settings deny them)."""
+    root = str(tmp_path_factory.getbasetemp().resolve())
+    before = os.environ.get(FETCH_ROOTS)
+    os.environ[FETCH_ROOTS] = root
+    yield root
+    if before is None:
+        os.environ.pop(FETCH_ROOTS, None)
+    else:
+        os.environ[FETCH_ROOTS] = before
+
+
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """Admin URL of the Postgres server the tests use."""
@@ -197,7 +216,8 @@ async def running_api(database_url: str, workdir: Path,
            "SVC_DATABASE_URL": with_user(database_url, APP_LOGIN),
            "SVC_MIGRATE_DATABASE_URL": database_url, "SVC_PORT": str(port),
            "SVC_DATA_DIR": str(workdir / "data"), "SVC_SHUTDOWN_GRACE_S": "3",
-           "SVC_WORKERS": "1", **(extra_env or {})}
+           "SVC_WORKERS": "1", FETCH_ROOTS: os.environ.get(FETCH_ROOTS, ""),
+           **(extra_env or {})}
     log_path = workdir / f"serve-{port}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,

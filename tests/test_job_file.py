@@ -15,7 +15,7 @@ import pytest
 from runner_assembly.assembly import model
 from runner_assembly.assembly.names import JOB_FILE, JOB_SPEC_KEY
 from runner_assembly.contract import jobfile
-from runner_assembly.contract.jobfile import JobFile, JobFileRefused, PromptCaps
+from runner_assembly.contract.jobfile import FetchAllow, JobFile, JobFileRefused, PromptCaps
 from runner_assembly.contract.plan import (
     BundleItem,
     BundleSummary,
@@ -91,7 +91,9 @@ def full_job(**local_fields: Any) -> JobFile:
         "prompt_caps": PromptCaps(per_prompt=1000, total=5000), "new_thread": False,
         "thread_id": "thr_1", "resource_bin_path": "/opt/bin",
         "workspace_root": "/srv/workspaces", "volume_dir": "/srv/sessions/ses_1",
-        "faults": ["runner-crash-before-exit"]}
+        "faults": ["runner-crash-before-exit"],
+        "fetch_allow": FetchAllow(file_roots=["/srv/git"], hosts=["127.0.0.1:3000"],
+                                  denied_roots=["/srv/data"])}
     return JobFile(**{**fields, **local_fields})
 
 

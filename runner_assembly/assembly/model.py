@@ -7,6 +7,7 @@ No field outside the model is accepted; there is no field for a caller-supplied 
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -16,7 +17,9 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ledger.errors import DomainError, InvalidRequest
 from ledger.states import FailureKind
+from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.names import SESSION_ENV, STATIC_ENV
+from runner_assembly.contract.jobfile import FetchAllow
 
 FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 K8sName = Annotated[str, Meta(min_length=1, max_length=253,
@@ -38,22 +41,62 @@ CREDENTIAL_NAMES = frozenset({"GIT_HOST_TOKEN", "EXT_SSH_CLIENT_TOKEN", "GH_TOKE
                               "ANTHROPIC_API_KEY"})
 RESERVED_NAMES = frozenset({*STATIC_ENV, *SESSION_ENV, "LD_PRELOAD", "LD_LIBRARY_PATH",
                             "PYTHONPATH", "GIT_ASKPASS", "GIT_SSH_COMMAND"})
+START_UP_NAMES = frozenset({
+    # shells: start-up files, options, prompts and word splitting
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "PROMPT_COMMAND", "CDPATH",
+    "GLOBIGNORE", "INPUTRC", "ZDOTDIR", "SHELL",
+    # the C library and the loader
+    "GLIBC_TUNABLES", "GCONV_PATH", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NLSPATH",
+    "MALLOC_CHECK_", "MALLOC_PERTURB_", "TMPDIR",
+    # interpreters
+    "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "RUBYOPT",
+    "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+    "LUA_INIT", "LUA_PATH", "LUA_CPATH", "TCLLIBPATH", "R_PROFILE", "R_PROFILE_USER",
+    # git and ssh: where their configuration and helpers come from
+    "GIT_SSH", "GIT_EXEC_PATH", "GIT_PROXY_COMMAND", "GIT_DIR", "GIT_WORK_TREE",
+    "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_TEMPLATE_DIR", "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_ALLOW_PROTOCOL",
+    "GIT_PROTOCOL_FROM_USER", "GIT_SSL_NO_VERIFY", "GIT_SSL_CAINFO", "GIT_HTTP_PROXY_AUTHMETHOD",
+    "SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "PAGER", "EDITOR", "VISUAL", "BROWSER",
+    "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
+    "CURL_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+})
+"""Names that change how a program starts (loader, libc, shell, interpreter, git, ssh, TLS
+trust, proxies): the backend's tools would run the caller's code or trust the caller's hosts
+(DESIGN 13). ``transientEnv`` carries context, never start-up behaviour."""
+START_UP_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GIT_CONFIG", "GIT_TRACE", "BASH_FUNC_",
+                     "NPM_CONFIG_", "PIP_", "SVC_")
+"""Prefixes of start-up names (``SVC_``: the runner's own)."""
+PROTECTED_MOUNTS = ("/home/svc/.backend", "/home/svc/.svc", "/home/svc/.gitbundle")
+"""Where no tool credential may be mounted, nor above: ``BACKEND_HOME`` (the profile's
+credential files and the session directory), the runner's own scratch and the managed
+overlay (DESIGN 13)."""
 
 # The rules of :func:`check` and :func:`check_names`, written as JSON Schema for the OpenAPI
 # document (``extra_json_schema`` changes no decoding: the checks below stay the authority).
 _END = r"(?![\s\S])"
-_HOST = r"[A-Za-z0-9._~%!$&'()*+,;=-]+(:[0-9]{1,5})?"
+_NAME_END = r"(?![a-z0-9.-])"
+_HOST_NAME = (r"(?!(metadata\.google\.internal|metadata\.goog|instance-data\.ec2\.internal)"
+              + _NAME_END + r")[a-z0-9-]+(\.[a-z0-9-]+)*\.(?!localhost" + _NAME_END
+              + r")[a-z][a-z0-9-]*")
+_HOST = _HOST_NAME + r"(:[0-9]{1,5})?"
 _URL_PATH = r"(/[!-\"$->@-~]*)?"
 REPO_URL_SCHEMA = {"pattern": (
-    r"^(git@[A-Za-z0-9.-]+:[!-.0-~][!-~]*"
-    r"|https?://" + _HOST + _URL_PATH + r"|(ssh|git)://(git@)?" + _HOST + _URL_PATH
-    + r"|file://[A-Za-z0-9._~%!$&'()*+,;=:-]*" + _URL_PATH + r")$")}
+    r"^(git@" + _HOST_NAME + r":[!-.0-~][!-~]*"
+    r"|https?://" + _HOST + _URL_PATH + r"|(ssh|git)://(git@)?" + _HOST + _URL_PATH + r")$")}
 """A subset of what :func:`check_repo_url` accepts: printable ASCII, no query, fragment or
-credentials."""
+credentials, a host name (not ``localhost`` or a metadata name; addresses and ``file://``
+only as the operator allows them, DESIGN 13)."""
 RELATIVE_PATH_SCHEMA = {"pattern": (
     r"^(?!/)(?![\s\S]*?(^|[/\\])(\.|%2[eE]){2}([/\\]|" + _END + r"))[^\x00]*$")}
+_SEGMENT_END = r"(/|" + _END + r")"
 MOUNT_PATH_SCHEMA = {"pattern": (
-    "^" + re.escape(VOLUME_ROOT) + r"(?![\s\S]*?/\.\.(/|" + _END + r"))[^\x00]*$")}
+    "^" + re.escape(VOLUME_ROOT) + r"(?!/)(?!\.{1,2}" + _SEGMENT_END + r")"
+    r"(?![\s\S]*?/\.{1,2}" + _SEGMENT_END + r")"
+    + "(?!(" + "|".join(re.escape(p.removeprefix(VOLUME_ROOT)) for p in PROTECTED_MOUNTS)
+    + ")" + _SEGMENT_END + r")[^\x00]+$")}
 _SSH_DIR = r"^/home/svc/\.ssh/*$"
 _SSH_KEY_SCHEMA: dict[str, Any] = {"anyOf": [{"enum": ["id_ed25519", "known_hosts", "config"]},
                                              {"pattern": "^id_"}]}
@@ -80,9 +123,11 @@ TOOL_CREDENTIAL_SCHEMA = {"anyOf": [
 ]}
 """SPEC 5.2 rules 4-5 (:func:`check_projection`): the four shapes a tool credential can take."""
 TRANSIENT_NAME_SCHEMA = {"not": {"anyOf": [
-    {"enum": sorted(CREDENTIAL_NAMES | RESERVED_NAMES)},
-    {"pattern": "^SVC_"}, {"pattern": "(_PRIVATE_KEY|_PASSWORD)$"}]}}
-""":func:`check_names`: no credential name, no name the runner sets itself."""
+    {"enum": sorted(CREDENTIAL_NAMES | RESERVED_NAMES | START_UP_NAMES)},
+    {"pattern": "^(" + "|".join(START_UP_PREFIXES) + ")"},
+    {"pattern": "(_PRIVATE_KEY|_PASSWORD)$"}]}}
+""":func:`check_names`: no credential name, no name the runner sets itself, no start-up
+name."""
 
 
 RepoUrl = Annotated[str, Meta(min_length=1, max_length=2048,
@@ -232,9 +277,7 @@ def check_projection(credential: ToolCredential, index: int) -> None:
     projection, keys = credential.projection, credential.secretRef.keys
     if isinstance(projection, VolumeProjection):
         path = projection.mountPath
-        if not path.startswith(VOLUME_ROOT) or ".." in path.split("/") or "\x00" in path:
-            raise SchemaInvalid(f"{field}.projection.mountPath must be below {VOLUME_ROOT}"
-                                " without ..", field=field)
+        check_mount_path(path, f"{field}.projection.mountPath")
         if credential.tool == "ext-ssh":
             raise SchemaInvalid(f"{field}: ext-ssh projects only key EXT_SSH_CLIENT_TOKEN "
                                 "into env EXT_SSH_CLIENT_TOKEN", field=field)
@@ -253,15 +296,40 @@ def check_projection(credential: ToolCredential, index: int) -> None:
                             f"env {expected}", field=field)
 
 
+def check_mount_path(path: str, field: str) -> None:
+    """Below ``/home/svc/`` without ``.``/``..`` segments, and clear of
+    :data:`PROTECTED_MOUNTS` (not on one, inside one, nor above one)."""
+    rest = path[len(VOLUME_ROOT):].split("/") if path.startswith(VOLUME_ROOT) else None
+    if rest is None or "\x00" in path or not rest[0] or any(p in (".", "..") for p in rest):
+        raise SchemaInvalid(f"{field} must be below {VOLUME_ROOT} without . or .. segments",
+                            field=field)
+    mount = posixpath.normpath(path)
+    for protected in PROTECTED_MOUNTS:
+        if mount == protected or mount.startswith(protected + "/") \
+                or protected.startswith(mount + "/"):
+            raise SchemaInvalid(f"{field} covers {protected}, which the runner keeps for "
+                                "itself (BACKEND_HOME, its credential files and the session "
+                                "directory)", field=field)
+
+
 REPO_SCHEMES = ("https", "http", "ssh", "git", "file")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\s][^\s]*$")
 
 
-def check_repo_url(value: str, field: str) -> None:
-    """A repository URL without credentials: they travel only as ``credentialRef``.
+def check_repo_url(value: str, field: str, allow: FetchAllow | None = None) -> None:
+    """A repository URL without credentials (they travel only as ``credentialRef``), and
+    no ``file://`` URL, loopback, link-local or metadata host unless the operator's
+    ``allow`` names it (:func:`fetch_policy.lexical`).
 
     The message never repeats the URL, which may hold a password.
     """
+    _check_repo_syntax(value, field)
+    refusal = fetch_policy.lexical(value, allow or FetchAllow())
+    if refusal is not None:
+        raise SchemaInvalid(f"{field}: {refusal}", field=field)
+
+
+def _check_repo_syntax(value: str, field: str) -> None:
     if _SCP_LIKE.match(value) and value.split("@", 1)[0] == "git":
         return
     try:
@@ -282,15 +350,18 @@ def check_repo_url(value: str, field: str) -> None:
 
 
 def check(resource_bundle: ResourceBundleRef | None,
-          policy: ExecutionPolicy | None, workspace: WorkspaceRef | None = None) -> None:
-    """The rules no type can state; raises ``schema-invalid``."""
+          policy: ExecutionPolicy | None, workspace: WorkspaceRef | None = None,
+          allow: FetchAllow | None = None) -> None:
+    """The rules no type can state; raises ``schema-invalid``. ``allow``: the operator's
+    fetch allow-list (default: none)."""
     if workspace is not None and isinstance(workspace.repoUrl, str):
-        check_repo_url(workspace.repoUrl, "workspaceRef.repoUrl")
+        check_repo_url(workspace.repoUrl, "workspaceRef.repoUrl", allow)
     if resource_bundle is not None:
-        check_repo_url(resource_bundle.repoUrl, "resourceBundleRef.repoUrl")
+        check_repo_url(resource_bundle.repoUrl, "resourceBundleRef.repoUrl", allow)
         for i, bundle in enumerate(resource_bundle.bundles):
             if isinstance(bundle.repoUrl, str):
-                check_repo_url(bundle.repoUrl, f"resourceBundleRef.bundles[{i}].repoUrl")
+                check_repo_url(bundle.repoUrl, f"resourceBundleRef.bundles[{i}].repoUrl",
+                               allow)
         for i, bundle in enumerate(resource_bundle.bundles):
             check_relative_path(bundle.subpath, f"resourceBundleRef.bundles[{i}].subpath")
             check_relative_path(bundle.target_path,
@@ -333,11 +404,12 @@ class AssemblyInputs(Strict, frozen=True):
 ASSEMBLY_FIELDS = tuple(AssemblyInputs.__struct_fields__)
 
 
-def gate(raw: Any) -> None:
+def gate(raw: Any, allow: FetchAllow | None = None) -> None:
     """The one validation gate (DESIGN 8) of every entry carrying assembly inputs: submit,
     dispatch, the runner-job API, session run bases and run commands, on the decoded JSON
     before anything is stored or reserved. Old inputs and the rules no type states are
-    ``schema-invalid``; a malformed field is ``invalid-request``."""
+    ``schema-invalid``; a malformed field is ``invalid-request``. ``allow``: the operator's
+    fetch allow-list (the app's ``gate_policy`` state; default: none)."""
     if not isinstance(raw, dict):
         return
     reject_old_inputs(raw)
@@ -348,14 +420,14 @@ def gate(raw: Any) -> None:
         inputs = msgspec.convert(present, AssemblyInputs)
     except msgspec.ValidationError as error:
         raise InvalidRequest(f"invalid body: {error}") from None
-    check(inputs.resourceBundleRef, inputs.executionPolicy, inputs.workspaceRef)
+    check(inputs.resourceBundleRef, inputs.executionPolicy, inputs.workspaceRef, allow)
     if inputs.transientEnv:
         check_names(inputs.transientEnv)
 
 
-def gate_run_base(raw: Any) -> None:
+def gate_run_base(raw: Any, allow: FetchAllow | None = None) -> None:
     """The gate for a body whose assembly inputs sit under ``runBase`` (a session)."""
-    gate(raw.get("runBase") if isinstance(raw, dict) else None)
+    gate(raw.get("runBase") if isinstance(raw, dict) else None, allow)
 
 
 def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dict[str, str],
@@ -371,11 +443,16 @@ def requires_ext_ssh_endpoint(policy: ExecutionPolicy | None, transient_env: dic
 
 
 def check_names(env: dict[str, str]) -> None:
-    """``schema-invalid`` for a credential name or a name the runner sets itself."""
+    """``schema-invalid`` for a credential name, a name the runner sets itself, or a
+    start-up name (:data:`START_UP_NAMES`, :data:`START_UP_PREFIXES`)."""
     for name in sorted(env):
         if name in CREDENTIAL_NAMES or name.endswith(("_PRIVATE_KEY", "_PASSWORD")):
             raise SchemaInvalid(f"transientEnv.{name} is a credential; credentials travel "
                                 "only as secret references", field=f"transientEnv.{name}")
         if name in RESERVED_NAMES or name.startswith("SVC_"):
             raise SchemaInvalid(f"transientEnv.{name} is set by the runner itself",
+                                field=f"transientEnv.{name}")
+        if name in START_UP_NAMES or name.startswith(START_UP_PREFIXES):
+            raise SchemaInvalid(f"transientEnv.{name} changes how programs start (loader, "
+                                "shell, interpreter, git); it is not accepted",
                                 field=f"transientEnv.{name}")

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from ledger.states import FailureKind
+from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.defaults import RuntimeDefaults
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
 from runner_assembly.assembly.names import session_pvc_name
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.assembly.secret_store import SecretStore
+from runner_assembly.contract.jobfile import FetchAllow
 from runner_assembly.contract.plan import (
     ImageResolution,
     NamesSummary,
@@ -89,6 +91,8 @@ class Resolver:
     defaults: RuntimeDefaults
     storage_class: str
     rollout_subdir: str
+    fetch_allow: FetchAllow = field(default_factory=FetchAllow)
+    """The operator's fetch allow-list (DESIGN 13; default: none)."""
 
     def resolve(self, contract: dict[str, Any], backend_profile: str,
                 transient_env: Mapping[str, str]) -> Assembly:
@@ -201,4 +205,7 @@ class Resolver:
             return []
         urls = [bundle["repoUrl"]] + [b["repoUrl"] for b in bundle.get("bundles", [])
                                       if b.get("repoUrl")]
-        return [mirror_fetch(url, self.defaults) for url in dict.fromkeys(urls)]
+        fetches = [mirror_fetch(url, self.defaults) for url in dict.fromkeys(urls)]
+        for fetch in fetches:  # a host resolving to a refused address: tenant-policy-denied
+            fetch_policy.check_fetch(fetch.fetch_repo_url, self.fetch_allow, strict=False)
+        return fetches

@@ -25,6 +25,18 @@ class PromptCaps(msgspec.Struct, kw_only=True, rename="camel"):
     total: int
 
 
+class FetchAllow(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The operator's allow-list of repository sources that are otherwise refused
+    (DESIGN 13): ``file://`` below ``file_roots`` (``SVC_FETCH_ALLOW_FILE_ROOTS``) but never
+    below ``denied_roots`` (the data directory, the workspace root), and loopback,
+    link-local or metadata hosts named in ``hosts`` (``SVC_FETCH_ALLOW_HOSTS``,
+    ``host[:port]``). The runner checks each fetch against it again, resolving the host."""
+
+    file_roots: list[str] = msgspec.field(default_factory=list)
+    hosts: list[str] = msgspec.field(default_factory=list)
+    denied_roots: list[str] = msgspec.field(default_factory=list)
+
+
 class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """What one runner job runs: its ids, backend command, prompt and value-free plan."""
 
@@ -49,6 +61,8 @@ class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A local job's session volume directory (None: no volume, or a pod's mounted PVC)."""
     faults: list[str] = msgspec.field(default_factory=list)
     """Test-only runner crash points (``SVC_FAULTS``), written by the local driver."""
+    fetch_allow: FetchAllow = msgspec.field(default_factory=FetchAllow)
+    """Which repository sources the runner may fetch besides public hosts (default: none)."""
 
 
 class JobFileRefused(Exception):

@@ -32,7 +32,7 @@ def resolver(settings: RunnerSettings, secrets: SecretStore) -> Resolver:
     """The assembly resolver of these settings."""
     return Resolver(namespace=settings.namespace, driver=settings.driver, secrets=secrets,
                     defaults=settings.defaults, storage_class=settings.storage_class,
-                    rollout_subdir=settings.rollout_subdir)
+                    rollout_subdir=settings.rollout_subdir, fetch_allow=settings.fetch_allow)
 
 
 @dataclass(frozen=True)
@@ -92,5 +92,5 @@ class JobPlanner:
                                    total=defaults.promptsMaxTotalBytes),
             new_thread=thread_id is None, thread_id=thread_id,
             resource_bin_path=settings.resource_bin_path,
-            workspace_root=settings.workspace_root)
+            workspace_root=settings.workspace_root, fetch_allow=settings.fetch_allow)
         return JobSpec(job=file, secret_root=str(settings.secrets_dir), job_secret=job_secret)

@@ -127,7 +127,7 @@ class Assembler:
         layout, job = self.layout, self.job
         self._step("materialize-bundle")
         made = bundle.materialize(summary, layout, projection.repository_credential(
-            self.plan.secrets, self.secrets))
+            self.plan.secrets, self.secrets), job.fetch_allow)
         self._record_bundle(summary, made)
         self._step("validate-required-skills")
         bundle.check_required_skills(made, summary.required_skills)

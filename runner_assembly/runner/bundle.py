@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
+from runner_assembly.contract.jobfile import FetchAllow
 from runner_assembly.contract.plan import BundleItem, BundleSummary
 from runner_assembly.runner import git
 from runner_assembly.runner.layout import Layout
@@ -53,12 +54,13 @@ def sha256_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def materialize(summary: BundleSummary, layout: Layout,
-                credential_dir: Path | None) -> Materialized:
-    """Fetch, verify, check out and copy the bundle into the overlay."""
+def materialize(summary: BundleSummary, layout: Layout, credential_dir: Path | None,
+                allow: FetchAllow | None = None) -> Materialized:
+    """Fetch, verify, check out and copy the bundle into the overlay; ``allow``: the
+    operator's fetch allow-list (every clone checks it)."""
     fetch_of = {f.repo_url: f.fetch_repo_url for f in summary.fetches}
     top_url = summary.repo_url
-    git.clone(fetch_of[top_url], layout.workspace, credential_dir)
+    git.clone(fetch_of[top_url], layout.workspace, credential_dir, allow)
     explicit = summary.ref
     resolved = git.resolve_commit(layout.workspace, explicit, summary.branch)
     commit = git.pinned(layout.workspace, resolved, summary.commit_id, bool(explicit))
@@ -69,7 +71,7 @@ def materialize(summary: BundleSummary, layout: Layout,
     layout.overlay.mkdir(parents=True, exist_ok=True)
     for item in items:
         source, item_commit = _source_of(item, summary, layout, fetch_of, credential_dir,
-                                         (top_url, commit))
+                                         (top_url, commit), allow)
         origin = git.inside(source, item.subpath)
         if not origin.exists():
             raise AssemblyFailure(FailureKind.BUNDLE_UNAVAILABLE,
@@ -86,7 +88,7 @@ def materialize(summary: BundleSummary, layout: Layout,
 
 def _source_of(item: BundleItem, summary: BundleSummary, layout: Layout,
                fetch_of: dict[str, str], credential_dir: Path | None,
-               top: tuple[str, str]) -> tuple[Path, str]:
+               top: tuple[str, str], allow: FetchAllow | None) -> tuple[Path, str]:
     """The checkout an item copies from: the workspace, or its own pinned clone."""
     url = item.repo_url or top[0]
     if url == top[0] and not item.ref and not item.commit_id:
@@ -94,7 +96,8 @@ def _source_of(item: BundleItem, summary: BundleSummary, layout: Layout,
     key = hashlib.sha256(f"{url}\n{item.ref}\n{item.commit_id}".encode())
     dest = layout.sources / key.hexdigest()[:16]
     if not dest.exists():
-        git.clone(fetch_of.get(url, url), dest, credential_dir if url == top[0] else None)
+        git.clone(fetch_of.get(url, url), dest, credential_dir if url == top[0] else None,
+                  allow)
         explicit = item.ref or summary.ref
         resolved = git.resolve_commit(dest, explicit, summary.branch)
         commit = git.pinned(dest, resolved, item.commit_id, bool(item.ref))

@@ -15,13 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from ledger.states import FailureKind
+from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
+from runner_assembly.contract.jobfile import FetchAllow
 
 GIT_TIMEOUT_S = 300
 SAFE_CONFIG = ("-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true",
                "-c", "core.hooksPath=/dev/null", "-c", "submodule.recurse=false",
                "-c", "protocol.ext.allow=never", "-c", "core.symlinks=true",
-               "-c", "advice.detachedHead=false")
+               "-c", "advice.detachedHead=false", "-c", "http.followRedirects=false")
 GIT_ENV = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8",
            "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
 
@@ -65,8 +67,11 @@ def askpass(credential_dir: Path | None) -> Iterator[dict[str, str]]:
         yield {"GIT_ASKPASS": str(script)}
 
 
-def clone(url: str, dest: Path, credential_dir: Path | None) -> None:
-    """Clone ``url`` into ``dest`` without checking anything out."""
+def clone(url: str, dest: Path, credential_dir: Path | None,
+          allow: FetchAllow | None = None) -> None:
+    """Clone ``url`` into ``dest`` without checking anything out, once the fetch policy
+    allows it (checked again here, resolving the host: DNS can change)."""
+    fetch_policy.check_fetch(url, allow or FetchAllow(), strict=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with askpass(credential_dir) as env:
         git("clone", "--no-local", "--no-checkout", "--quiet", "--", url, str(dest), env=env)
