@@ -181,6 +181,14 @@ def resolved(url: str, allow: FetchAllow, *, strict: bool,
     return None
 
 
+def check_written(url: str, allow: FetchAllow) -> None:
+    """:class:`AssemblyFailure` (``tenant-policy-denied``) for a fetch the operator does
+    not allow as written: a file path, or a host that is a refused address (no lookup)."""
+    refusal = lexical(url, allow)
+    if refusal is not None:
+        raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED, refusal)
+
+
 def check_fetch(url: str, allow: FetchAllow, *, strict: bool) -> None:
     """:class:`AssemblyFailure` for a fetch the operator does not allow
     (``tenant-policy-denied``: a file path, or a host that is or resolves to a refused

@@ -206,6 +206,6 @@ class Resolver:
         urls = [bundle["repoUrl"]] + [b["repoUrl"] for b in bundle.get("bundles", [])
                                       if b.get("repoUrl")]
         fetches = [mirror_fetch(url, self.defaults) for url in dict.fromkeys(urls)]
-        for fetch in fetches:  # a host resolving to a refused address: tenant-policy-denied
-            fetch_policy.check_fetch(fetch.fetch_repo_url, self.fetch_allow, strict=False)
+        for fetch in fetches:  # what its host resolves to is checked off the event loop
+            fetch_policy.check_written(fetch.fetch_repo_url, self.fetch_allow)
         return fetches

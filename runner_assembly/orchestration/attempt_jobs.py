@@ -113,7 +113,7 @@ class AttemptJobs:
                   command_id=row.command_id, runner_job_id=row.runner_job_id)
         prelude = self._prelude(facts, row)
         try:
-            plan = self.planner.plan(facts, ids, env, thread)
+            plan = await self.planner.plan(facts, ids, env, thread)
         except AssemblyFailure as failure:
             await self._record_then_fail(facts, row, existing, prelude, failure)
             return None

@@ -156,7 +156,7 @@ class Dispatcher:
         if ids is not None and facts.persistent_session:
             row = await self.turns.row(facts.named_session or ids.runner_job_id)
             thread = facts.thread(row.thread_id if row else None)
-        return self.planner.preview(facts, ids, transient_env, thread)
+        return await self.planner.preview(facts, ids, transient_env, thread)
 
     async def _planned_ids(self, task_id: str, events: Sequence[msgspec.Struct],
                            attempt_id: str | None) -> Ids | None:

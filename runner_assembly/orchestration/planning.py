@@ -3,12 +3,14 @@ the dry-run view of both. No secret value is read here."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import msgspec
 
 from ledger.task import AttemptIds
 from projections.orchestration_queries import JobIdentity
+from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
@@ -16,6 +18,7 @@ from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import CheckedInTheJob, FileSecretStore, SecretStore
 from runner_assembly.assembly.transient_env import check_transient_env
 from runner_assembly.contract.jobfile import JobFile, PromptCaps
+from runner_assembly.contract.plan import RepositoryFetch
 from runner_assembly.drivers.protocol import JobSpec
 from runner_assembly.orchestration.facts import TaskFacts, bounded
 from runner_assembly.settings import RunnerSettings
@@ -48,22 +51,32 @@ class JobPlanner:
         """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
         check_transient_env(transient_env, facts.contract, self.settings.defaults)
 
-    def plan(self, facts: TaskFacts, ids: Ids, transient_env: dict[str, str],
-             thread_id: str | None = None) -> RunnerJobPlan:
+    async def plan(self, facts: TaskFacts, ids: Ids, transient_env: dict[str, str],
+                   thread_id: str | None = None) -> RunnerJobPlan:
         """Resolve the assembly (no secret value is read) and render the job's plan; an
-        :class:`AssemblyFailure` names what cannot be assembled."""
+        :class:`AssemblyFailure` names what cannot be assembled, a repository host that
+        resolves to a refused address included (looked up in a thread, never on the event
+        loop)."""
         assembly = self.resolver.resolve(facts.contract, facts.backend_profile, transient_env)
-        return render_plan(assembly, ids, namespace=self.settings.namespace,
+        plan = render_plan(assembly, ids, namespace=self.settings.namespace,
                            driver=self.driver_name, smoke_tools=self.settings.smoke_tools,
                            thread_id=thread_id)
+        if plan.resource_bundle is not None and plan.resource_bundle.fetches:
+            await asyncio.to_thread(self._check_hosts, plan.resource_bundle.fetches)
+        return plan
 
-    def preview(self, facts: TaskFacts, ids: Ids | None, transient_env: dict[str, str],
-                thread_id: str | None) -> dict[str, object]:
+    def _check_hosts(self, fetches: list[RepositoryFetch]) -> None:
+        for fetch in fetches:
+            fetch_policy.check_fetch(fetch.fetch_repo_url, self.settings.fetch_allow,
+                                     strict=False)
+
+    async def preview(self, facts: TaskFacts, ids: Ids | None, transient_env: dict[str, str],
+                      thread_id: str | None) -> dict[str, object]:
         """The dry-run view of a job: its plan, or why its assembly fails."""
         if ids is None:
             return {"runnerJob": None}
         try:
-            plan = self.plan(facts, ids, transient_env, thread_id)
+            plan = await self.plan(facts, ids, transient_env, thread_id)
         except AssemblyFailure as failure:
             return {"runnerJob": None, "assemblyFailure": {
                 "failureKind": failure.kind, "failureMessage": bounded(failure.message)}}

@@ -162,7 +162,7 @@ class SessionCommands:
         ids = Ids(task_id=run.task_id, attempt_id=run.attempt_id, run_id=command.run_id,
                   command_id=command_id, runner_job_id=job_id_for(command.run_id, command_id))
         try:
-            plan = self.planner.plan(facts, ids, command.transient_env, thread)
+            plan = await self.planner.plan(facts, ids, command.transient_env, thread)
         except AssemblyFailure as failure:
             raise Refused(failure.kind, failure.message, **failure.details) from None
         view = {"sessionId": session_id, "runId": command.run_id, "commandId": command_id,
