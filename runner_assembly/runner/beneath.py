@@ -141,5 +141,5 @@ def _writable(parent: int, name: str) -> None:
 def remove_empty_directory(root: Path, relative: PurePosixPath | str) -> None:
     """Remove the directory ``root/relative`` if it is empty (reached without a link)."""
     *folder, name = parts_of(relative)
-    with contextlib.suppress(OSError), directory(root, PurePosixPath(*folder)) as parent:
+    with contextlib.suppress(OSError, Refused), directory(root, PurePosixPath(*folder)) as parent:
         os.rmdir(name, dir_fd=parent)

@@ -11,7 +11,7 @@ the home stay. Paths in backend-writable places are removed without following a 
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from runner_assembly.assembly.names import JOB_FILE, JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.contract import jobfile
@@ -46,7 +46,7 @@ def projected(job: JobFile, layout: Layout) -> tuple[list[Path], list[Path]]:
 def remove_secrets(folder: Path, job: JobFile | None = None) -> list[str]:
     """Remove the secret files of the local job directory ``folder`` (``job``: its job
     file, read from the folder when not given); the paths removed, relative to it."""
-    removed = [name for name in (JOB_SECRET_DIR, TOKEN_FILE) if beneath.remove(folder, name)]
+    removed = [name for name in (JOB_SECRET_DIR, TOKEN_FILE) if _removed(folder, name)]
     if job is None:
         try:
             job = jobfile.decode((folder / JOB_FILE).read_bytes())
@@ -55,14 +55,19 @@ def remove_secrets(folder: Path, job: JobFile | None = None) -> list[str]:
     layout = layout_of(folder, job)
     files, folders = projected(job, layout)
     for path in files:
-        root, relative = layout.anchored(path)
-        try:
-            if beneath.remove(root, relative):
-                removed.append(str(path.relative_to(folder)) if path.is_relative_to(folder)
-                               else str(path))
-        except beneath.Refused:
-            continue  # a link the backend planted: not followed, nothing to remove there
+        if _removed(*layout.anchored(path)):
+            removed.append(str(path.relative_to(folder)) if path.is_relative_to(folder)
+                           else str(path))
     for path in folders:
         root, relative = layout.anchored(path)
         beneath.remove_empty_directory(root, relative)
     return removed
+
+
+def _removed(root: Path, relative: PurePosixPath | str) -> bool:
+    """Remove ``root/relative`` without following a link; whether it was there. A link the
+    backend planted on the way is not followed (nothing is removed there)."""
+    try:
+        return beneath.remove(root, relative)
+    except (beneath.Refused, OSError):
+        return False

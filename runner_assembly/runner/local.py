@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         crash_at(life.faults, "runner-crash-after-claim")
         try:
             return _run_claimed(life, args.secret_root, args.bwrap)
-        finally:  # after the exit report, whatever the outcome
+        finally:  # again after the exit report, whatever happened before it
             remove_secrets(folder, job)
     except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
         print(str(refused), flush=True)
@@ -119,6 +119,8 @@ def _run_claimed(life: Lifecycle, secret_root: Path, bwrap: str | None) -> int:
         report = run(life, secret_root, bwrap)
     finally:
         beats.stop()
+    # the backend has ended: its secret files go now (names traced), before the exit report
+    life.trace("secrets-removed", files=remove_secrets(life.scratch, life.job))
     life.finish(report, shipper)
     return 0
 
