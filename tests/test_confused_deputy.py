@@ -26,6 +26,8 @@ from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
 from tests.support import SECRET_CANARY
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
+from tests.test_driver_conformance import Harness, harness, runner_job_of  # noqa: F401
+from tests.test_k8s_dispatch import kube  # noqa: F401
 
 TOOL_CANARY = "deputy-tool-canary-6b2e"
 LAB_CANARY = "deputy-lab-canary-1c9f"
@@ -36,6 +38,11 @@ for line in sys.stdin.read().splitlines():
     if verb == "link":  # link NAME TARGET: NAME below BACKEND_HOME
         name, target = rest.split()
         os.symlink(target, os.path.join(os.environ["BACKEND_HOME"], name))
+    elif verb == "link-own-token":  # link NAME to this job's runner token (pod or local)
+        home = os.environ["HOME"]
+        target = ("/var/run/svc/job/runner-token" if home == "/home/svc"
+                  else os.path.join(os.path.dirname(home), "runner.token"))
+        os.symlink(target, os.path.join(os.environ["BACKEND_HOME"], rest))
     elif verb == "plant":  # plant NAME TARGET: NAME in the session volume
         name, target = rest.split()
         os.symlink(target, os.path.join(os.environ["SVC_SESSION_PVC_MOUNT_PATH"], name))
@@ -47,13 +54,17 @@ print("hostile backend done")
 '''
 
 
-def hostile(tmp_path: Path, settings: RunnerSettings) -> RunnerSettings:
+def hostile(settings: RunnerSettings) -> RunnerSettings:
     """``settings`` with profile-1's backend the hostile script (its prompt says what to
-    plant)."""
-    script = tmp_path / "hostile.py"
-    script.write_text(HOSTILE)
+    plant), given inline: a pod sees no file of the tests."""
     return dataclasses.replace(settings, backend_commands={
-        **settings.backend_commands, "profile-1": (sys.executable, str(script))})
+        **settings.backend_commands, "profile-1": (sys.executable, "-c", HOSTILE)})
+
+
+@pytest.fixture
+def runner_settings(runner_settings: RunnerSettings) -> RunnerSettings:
+    """Every job of this module runs the hostile backend (with either driver)."""
+    return hostile(runner_settings)
 
 
 def ref(name: str) -> dict[str, str]:
@@ -89,7 +100,7 @@ async def wait_for_token(settings: RunnerSettings, job_count: int) -> Path:
 async def test_a_report_linked_to_another_jobs_token_is_not_read_through(
     database_url: str, runner_settings: RunnerSettings, tmp_path: Path, report: str
 ) -> None:
-    settings = hostile(tmp_path, runner_settings)
+    settings = runner_settings
     async with app_client(database_url, settings) as client:
         victim = await submit(client, "sleep 60", sessionRef=ref("ses_victim"))
         await dispatch(client, victim)
@@ -110,6 +121,27 @@ async def test_a_report_linked_to_another_jobs_token_is_not_read_through(
     assert [entry["file"] for entry in refused] == [report], trace
 
 
+@pytest.mark.parametrize("report", [".svc-thread", ".svc-blocker"])
+async def test_a_report_linked_to_the_runner_token_is_not_read_through_by_either_runner(
+    harness: Harness, database_url: str, report: str  # noqa: F811
+) -> None:
+    """The pod runner too: the backend links its report to the runner's own token (the
+    per-job Secret's mount, or the local job's ``runner.token``)."""
+    client = harness.client
+    task_id = await submit(client, f"link-own-token {report}", sessionRef=ref("ses_own"))
+    job = (await runner_job_of(client, await dispatch(client, task_id)))["runnerJobId"]
+    token = harness.token(job)
+    done = await settle(client, task_id, timeout=60)
+    session = (await client.get("/api/v1/sessions/ses_own")).json()
+    trace = await trace_of(client, "ses_own")
+    assert done["state"] == "completed", done["latestAttempt"]
+    assert session["threadId"] is None, "no thread was reported through the link"
+    assert token not in json.dumps(done) + json.dumps(session)
+    assert token not in await ledger_text(database_url)
+    refused = [json.loads(line) for line in trace if '"backend-report-refused"' in line]
+    assert [entry["file"] for entry in refused] == [report], trace
+
+
 async def test_a_projection_never_follows_a_link_planted_in_the_session_volume(
     database_url: str, runner_settings: RunnerSettings, tmp_path: Path
 ) -> None:
@@ -122,7 +154,7 @@ async def test_a_projection_never_follows_a_link_planted_in_the_session_volume(
                   "secretRef": {"name": "tool-ssh", "keys": ["password"]},
                   "projection": {"kind": "volume",
                                  "mountPath": "/home/svc/.backend/sessions/esc/dropped"}}
-    settings = hostile(tmp_path, runner_settings)
+    settings = runner_settings
     async with app_client(database_url, settings) as client:
         first = await submit(client, f"plant esc {host_dir}", sessionRef=ref("ses_esc"))
         await dispatch(client, first)
@@ -168,7 +200,7 @@ async def test_an_ended_job_leaves_no_secret_file(
     database_url: str, runner_settings: RunnerSettings, tmp_path: Path, prompt: str,
     state: str
 ) -> None:
-    settings = hostile(tmp_path, runner_settings)
+    settings = runner_settings
     policy = plant_tool(settings)
     async with app_client(database_url, settings) as client:
         task_id = await submit(client, prompt, executionPolicy=policy)
@@ -184,7 +216,7 @@ async def test_an_ended_job_leaves_no_secret_file(
 async def test_a_killed_runner_leaves_no_secret_file_once_the_driver_sees_it_gone(
     database_url: str, runner_settings: RunnerSettings, tmp_path: Path
 ) -> None:
-    settings = hostile(tmp_path, runner_settings)
+    settings = runner_settings
     policy = plant_tool(settings)
     async with app_client(database_url, settings) as client:
         task_id = await submit(client, "sleep 60", executionPolicy=policy)
