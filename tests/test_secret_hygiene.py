@@ -129,8 +129,12 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
     outputs += stored
     projected = "".join(p.read_text(errors="replace") for p in jobs.rglob("*")
                         if p.is_file() and p not in files)
-    assert LAB_CANARY in projected and TOOL_CANARY in projected and SECRET_CANARY in projected, \
+    removed = [json.loads(line)["files"] for path in jobs.glob("*/trace.jsonl")
+               for line in path.read_text().splitlines() if '"secrets-removed"' in line]
+    assert any({"job-secret", "home/.ssh/id_ed25519", "home/.backend/auth.json"} <= set(names)
+               for names in removed), \
         "the canaries really went through the run (into its secret projections only)"
+    assert not leaks(projected), "the secret projections left with their job (issue 26)"
     assert any("DEBUG" in text for text in outputs), "the server logged at DEBUG"
     found = {form for text in outputs for form in leaks(text)}
     assert found == set(), f"leaked: {found}"

@@ -44,6 +44,7 @@ from runner_assembly.drivers.protocol import (
 )
 from runner_assembly.runner.jobfiles import write_atomically, write_private
 from runner_assembly.runner.launch import isolated_python
+from runner_assembly.runner.leftovers import remove_secrets
 from runner_assembly.runner.sandbox import BWRAP, SandboxUnavailable, find_bwrap, mode_error
 
 RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
@@ -226,11 +227,14 @@ class LocalDriver:
             return JobStatus(JobState.RUNNING)
         if pid is None and folder.exists():
             return JobStatus(JobState.RUNNING)  # being created
-        if (folder / CANCELLED_MARK).exists():
-            return JobStatus(JobState.CANCELLED)
-        if pid is not None:  # a lost runner's backend must not outlive it: end its group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+        cancelled = (folder / CANCELLED_MARK).exists()
+        if pid is not None and not cancelled:  # a lost runner's backend must not outlive
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # it: end its group
                 os.killpg(pid, signal.SIGKILL)
+        if folder.exists():  # a runner killed (SIGKILL) removed nothing itself
+            await asyncio.to_thread(remove_secrets, folder)
+        if cancelled:
+            return JobStatus(JobState.CANCELLED)
         return JobStatus(JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
                          failure_message="the runner process ended without reporting its exit")
 
@@ -245,6 +249,8 @@ class LocalDriver:
                 os.killpg(pid, signal.SIGTERM)
                 os.killpg(pid, signal.SIGCONT)  # a stopped runner (a lost lease) ends too
             _alive(pid)
+        if folder.exists():  # the runner removes them too when it gets the signal
+            await asyncio.to_thread(remove_secrets, folder)
 
 
 def _alive(pid: int) -> bool:

@@ -28,6 +28,7 @@ from runner_assembly.assembly.names import CHANNEL_FILES
 from runner_assembly.contract import jobfile
 from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.contract.messages import ExitBody, ExitState
+from runner_assembly.runner import beneath
 from runner_assembly.runner.assemble import Assembler, Launch
 from runner_assembly.runner.backend_run import run_relayed
 from runner_assembly.runner.crash import crash_at
@@ -162,12 +163,23 @@ class Lifecycle:
         self.trace("backend-spawn-failed", failureKind=failure.kind, details=failure.details)
         return failed(failure.kind, failure.message)
 
+    def report_file(self, name: str, limit: int) -> str | None:
+        """The stripped content of the backend's report ``name`` in its home (None when
+        there is none): read without following a link (DESIGN 13); a link or a file of
+        another kind is traced, naming the file only, and ignored."""
+        root, relative = self.layout.anchored(self.layout.backend_home / name)
+        try:
+            content = beneath.read_report(root, relative, limit)
+        except beneath.Refused as refused:
+            self.trace("backend-report-refused", file=name, reason=str(refused))
+            return None
+        return content.strip() if content is not None else None
+
     def _outcome(self, code: int) -> ExitBody:
-        blocker = self.layout.backend_home / BLOCKER_FILE
-        if blocker.is_file():
+        blocker = self.report_file(BLOCKER_FILE, 64)
+        if blocker is not None:
             return ExitBody(state="blocked", exit_code=code,
-                            failure_kind=blocker.read_text().strip()[:64]
-                            or FailureKind.INFRA_FAILED,
+                            failure_kind=blocker or FailureKind.INFRA_FAILED,
                             failure_message="the backend reported a blocker")
         if code == 0:
             return ExitBody(state="completed", exit_code=0)
@@ -179,8 +191,7 @@ class Lifecycle:
         started."""
         if self.job.thread_id:
             return self.job.thread_id
-        started = self.layout.backend_home / THREAD_FILE
-        return started.read_text().strip()[:128] or None if started.is_file() else None
+        return self.report_file(THREAD_FILE, 128) or None
 
     def _report_after(self, code: int, report: ExitBody) -> None:
         """Trace the backend's exit; send its thread and the session volume's summary."""

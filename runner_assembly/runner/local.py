@@ -28,19 +28,12 @@ from runner_assembly.contract.messages import ExitBody
 from runner_assembly.runner.assemble import Assembler
 from runner_assembly.runner.crash import crash_at
 from runner_assembly.runner.jobfiles import write_private
-from runner_assembly.runner.layout import Layout, local_layout
+from runner_assembly.runner.leftovers import layout_of, remove_secrets
 from runner_assembly.runner.lifecycle import MASKER, Lifecycle, connect, read_job
 from runner_assembly.runner.manager_client import ManagerRefused
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume
-
-
-def layout_of(folder: Path, job: JobFile) -> Layout:
-    """The job's directories below its job directory (or the workspace root)."""
-    volume = job.plan.session_volume
-    return local_layout(folder, job.plan.workspace_key,
-                        volume.rollout_subdir if volume else "sessions", job.workspace_root)
 
 
 def run(life: Lifecycle, secret_root: Path, bwrap: str | None = None) -> ExitBody:
@@ -92,13 +85,25 @@ def main(argv: list[str] | None = None) -> int:
                      Path(job.volume_dir) if job.volume_dir else None)
     try:
         if not life.claim():
-            return 0
+            return 0  # the winner's files: a loser removes nothing
+        signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(folder, job))
         write_private(folder / "pid", str(os.getpid()))  # the driver follows the winner
         crash_at(life.faults, "runner-crash-after-claim")
-        return _run_claimed(life, args.secret_root, args.bwrap)
+        try:
+            return _run_claimed(life, args.secret_root, args.bwrap)
+        finally:  # again after the exit report, whatever happened before it
+            remove_secrets(folder, job)
     except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
         print(str(refused), flush=True)
         return 1
+
+
+def _stopped(folder: Path, job: JobFile) -> None:
+    """Stopped (a cancel): the job's secret files go, then the runner."""
+    try:
+        remove_secrets(folder, job)
+    finally:
+        os._exit(143)
 
 
 def _run_claimed(life: Lifecycle, secret_root: Path, bwrap: str | None) -> int:
@@ -114,6 +119,8 @@ def _run_claimed(life: Lifecycle, secret_root: Path, bwrap: str | None) -> int:
         report = run(life, secret_root, bwrap)
     finally:
         beats.stop()
+    # the backend has ended: its secret files go now (names traced), before the exit report
+    life.trace("secrets-removed", files=remove_secrets(life.scratch, life.job))
     life.finish(report, shipper)
     return 0
 

@@ -10,13 +10,13 @@ is registered with the job's :class:`~runner_assembly.runner.masking.Masker`.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from ledger.states import FailureKind
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.contract.plan import SecretUse
+from runner_assembly.runner import beneath
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.masking import Masker
 
@@ -33,17 +33,20 @@ class SecretSource:
         """The directory of one referenced secret."""
         return self.root / use.namespace / use.name
 
-    def copy(self, use: SecretUse, into: Path, mode: int) -> None:
-        """Copy the secret's keys into ``into``; ``secret-unavailable`` if one is missing."""
-        into.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def copy(self, use: SecretUse, layout: Layout, into: Path, mode: int) -> None:
+        """Copy the secret's keys into ``into`` (below the home: made without following a
+        link, DESIGN 13); ``secret-unavailable`` if one is missing, ``workspace-refused`` if
+        a link is on the way (the backend planted it: nothing is written through it)."""
+        root, relative = layout.anchored(into)
         for key in use.keys:
             try:
-                shutil.copyfile(self.folder(use) / key, into / key)
+                content = (self.folder(use) / key).read_bytes()
             except FileNotFoundError:
                 raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                       f"secret {use.name} lacks key {key}") from None
-            os.chmod(into / key, mode)
-            self.masker.add_file((into / key).read_text(errors="replace"))
+            self.masker.add_file(content.decode(errors="replace"))
+            with refusing(use.name):
+                beneath.write_file(root, relative / key, content, mode)
 
     def value(self, use: SecretUse, key: str) -> str:
         """One key's value, for an env projection of the backend only."""
@@ -62,13 +65,26 @@ class SecretSource:
                 self.masker.add_file((self.folder(use) / key).read_text(errors="replace"))
 
 
+@contextlib.contextmanager
+def refusing(name: str) -> Iterator[None]:
+    """A link the backend planted on the way of a projection: ``workspace-refused`` (the
+    input to fix is the session volume), nothing written through it."""
+    try:
+        yield
+    except beneath.Refused as refused:
+        raise AssemblyFailure(FailureKind.WORKSPACE_REFUSED,
+                              f"{name} not projected: {refused}") from None
+
+
 def project_profile(secrets: list[SecretUse], source: SecretSource,
                     layout: Layout) -> None:
-    """Copy the current profile's secret into the writable backend home."""
-    layout.backend_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Copy the current profile's secret into the writable backend home (made first)."""
+    root, relative = layout.anchored(layout.backend_home)
+    with refusing("the backend home"), beneath.directory(root, relative, create=True):
+        pass
     for use in secrets:
         if use.role == "provider":
-            source.copy(use, layout.backend_home, 0o600)
+            source.copy(use, layout, layout.backend_home, 0o600)
 
 
 def project_tools(secrets: list[SecretUse], source: SecretSource,
@@ -80,8 +96,10 @@ def project_tools(secrets: list[SecretUse], source: SecretSource,
             continue
         if use.projection == "volume":
             target = layout.home_path(str(use.mount_path))
-            source.copy(use, target, 0o400)
-            os.chmod(target, 0o500)
+            source.copy(use, layout, target, 0o400)
+            root, relative = layout.anchored(target)
+            with refusing(use.name):
+                beneath.chmod_directory(root, relative, 0o500)
         else:
             env[str(use.env_name)] = source.value(use, use.keys[0])
     return env
