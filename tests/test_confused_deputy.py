@@ -24,7 +24,7 @@ from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.runner import beneath
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.support import SECRET_CANARY
+from tests.support import SECRET_CANARY, TASKS, task_body
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
 from tests.test_driver_conformance import Harness, harness, runner_job_of  # noqa: F401
 from tests.test_k8s_dispatch import kube  # noqa: F401
@@ -142,9 +142,14 @@ async def test_a_report_linked_to_the_runner_token_is_not_read_through_by_either
     assert [entry["file"] for entry in refused] == [report], trace
 
 
-async def test_a_projection_never_follows_a_link_planted_in_the_session_volume(
+async def test_a_link_planted_in_the_session_volume_never_receives_a_projection(
     database_url: str, runner_settings: RunnerSettings, tmp_path: Path
 ) -> None:
+    """Turn 1 plants ``sessions/esc -> <host dir>``; turn 2 asks for a volume credential
+    at ``…/sessions/esc/dropped``. Intake refuses that mount path (it covers the session
+    directory: ``schema-invalid``, nothing stored), so no runner is asked to project there;
+    were one asked, its no-follow walk refuses the link
+    (:func:`test_beneath_refuses_links_of_every_kind`)."""
     host_dir = tmp_path / "host-dir"
     host_dir.mkdir()
     store = runner_settings.secrets_dir / "svc-v01" / "tool-ssh"
@@ -154,21 +159,19 @@ async def test_a_projection_never_follows_a_link_planted_in_the_session_volume(
                   "secretRef": {"name": "tool-ssh", "keys": ["password"]},
                   "projection": {"kind": "volume",
                                  "mountPath": "/home/svc/.backend/sessions/esc/dropped"}}
-    settings = runner_settings
-    async with app_client(database_url, settings) as client:
+    async with app_client(database_url, runner_settings) as client:
         first = await submit(client, f"plant esc {host_dir}", sessionRef=ref("ses_esc"))
         await dispatch(client, first)
         assert (await settle(client, first, timeout=60))["state"] == "completed"
-        second = await submit(client, "say hello", sessionRef=ref("ses_esc"),
-                              executionPolicy={"secretScope": {
-                                  "toolCredentials": [credential]}})
-        await dispatch(client, second)
-        done = await settle(client, second, timeout=60)
+        before = await ledger_text(database_url)
+        refused = await client.post(TASKS, json=task_body(
+            payload={"prompt": "say hello"}, sessionRef=ref("ses_esc"),
+            executionPolicy={"secretScope": {"toolCredentials": [credential]}}))
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "schema-invalid"
+        assert await ledger_text(database_url) == before, "nothing was stored"
     assert list(host_dir.iterdir()) == [], "nothing was created through the planted link"
-    assert done["state"] == "blocked", done["latestAttempt"]
-    assert done["latestAttempt"]["failureKind"] == "workspace-refused"
-    assert "esc" in done["latestAttempt"]["failureMessage"]
-    assert TOOL_CANARY not in json.dumps(done)
+    assert TOOL_CANARY not in refused.text
 
 
 def secret_leftovers(job: Path) -> list[str]:
