@@ -71,6 +71,19 @@ def ref(name: str) -> dict[str, str]:
     return {"sessionId": name, "conversationId": f"cnv_{name}"}
 
 
+async def check_not_read_through(database_url: str, done: dict[str, Any],
+                                 session: dict[str, Any], trace: list[str], token: str,
+                                 report: str) -> None:
+    """The turn completed, no thread was reported through the linked ``report``, the token
+    is in no answer and no ledger entry, and the trace names the refused file once."""
+    assert done["state"] == "completed", done["latestAttempt"]
+    assert session["threadId"] is None, "no thread was reported through the link"
+    assert token not in json.dumps(done) + json.dumps(session)
+    assert token not in await ledger_text(database_url)
+    refused = [json.loads(line) for line in trace if '"backend-report-refused"' in line]
+    assert [entry["file"] for entry in refused] == [report], trace
+
+
 async def ledger_text(database_url: str) -> str:
     conn = await asyncpg.connect(database_url)
     try:
@@ -113,12 +126,7 @@ async def test_a_report_linked_to_another_jobs_token_is_not_read_through(
         session = (await client.get("/api/v1/sessions/ses_attacker")).json()
         trace = await trace_of(client, "ses_attacker")
         await client.post(f"/api/v1/queue/tasks/{victim}/cancel", json={"reason": "stop"})
-    assert done["state"] == "completed", done["latestAttempt"]
-    assert session["threadId"] is None, "no thread was reported through the link"
-    assert token not in json.dumps(done) + json.dumps(session)
-    assert token not in await ledger_text(database_url)
-    refused = [json.loads(line) for line in trace if '"backend-report-refused"' in line]
-    assert [entry["file"] for entry in refused] == [report], trace
+    await check_not_read_through(database_url, done, session, trace, token, report)
 
 
 @pytest.mark.parametrize("report", [".svc-thread", ".svc-blocker"])
@@ -134,12 +142,7 @@ async def test_a_report_linked_to_the_runner_token_is_not_read_through_by_either
     done = await settle(client, task_id, timeout=60)
     session = (await client.get("/api/v1/sessions/ses_own")).json()
     trace = await trace_of(client, "ses_own")
-    assert done["state"] == "completed", done["latestAttempt"]
-    assert session["threadId"] is None, "no thread was reported through the link"
-    assert token not in json.dumps(done) + json.dumps(session)
-    assert token not in await ledger_text(database_url)
-    refused = [json.loads(line) for line in trace if '"backend-report-refused"' in line]
-    assert [entry["file"] for entry in refused] == [report], trace
+    await check_not_read_through(database_url, done, session, trace, token, report)
 
 
 async def test_a_link_planted_in_the_session_volume_never_receives_a_projection(
