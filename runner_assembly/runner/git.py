@@ -12,12 +12,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ledger.states import FailureKind
 from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.failures import MINIMAL_PATH, AssemblyFailure
 from runner_assembly.contract.jobfile import FetchAllow
+from runner_assembly.runner import tree_links
 
 GIT_TIMEOUT_S = 300
 SAFE_CONFIG = ("-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true",
@@ -108,29 +109,19 @@ def pinned(repo: Path, resolved: str, pin: str | None, explicit_ref: bool) -> st
 
 
 def check_symlinks(repo: Path, commit: str) -> None:
-    """Refuse a tree with a symlink that points outside the checkout (or anywhere absolute)."""
+    """Refuse a tree with a symlink that leads outside the checkout once every link is
+    followed (or anywhere absolute, in a loop, or to a directory that holds it)."""
     listing = git("ls-tree", "-r", "-z", "--full-tree", commit, cwd=repo)
+    links = {}
     for entry in filter(None, listing.split("\0")):
         meta, path = entry.split("\t", 1)
         mode, _, blob = meta.split(" ")
-        if mode != "120000":
-            continue
-        target = git("cat-file", "blob", blob, cwd=repo)
-        if not link_stays_inside(path, target):
-            raise AssemblyFailure(FailureKind.SCHEMA_INVALID,
-                                  f"bundle symlink {path} points outside the checkout")
-
-
-def link_stays_inside(path: str, target: str) -> bool:
-    """Whether a symlink at ``path`` with ``target`` resolves inside the tree, lexically."""
-    if not target or target.startswith("/") or "\0" in target:
-        return False
-    depth = len(PurePosixPath(path).parts) - 1
-    for part in PurePosixPath(target).parts:
-        depth += -1 if part == ".." else 0 if part == "." else 1
-        if depth < 0:
-            return False
-    return True
+        if mode == "120000":
+            links[path] = git("cat-file", "blob", blob, cwd=repo)
+    refused = tree_links.refused_link(links)
+    if refused is not None:
+        raise AssemblyFailure(FailureKind.SCHEMA_INVALID,
+                              f"bundle symlink {refused} points outside the checkout")
 
 
 def checkout(repo: Path, commit: str) -> str:
