@@ -19,7 +19,7 @@ from projections.session_summary import SessionRow
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan
 from runner_assembly.drivers.protocol import RunnerDriver
-from runner_assembly.orchestration.facts import TaskFacts, TaskReader
+from runner_assembly.orchestration.facts import TaskFacts, TaskReader, bounded
 from runner_assembly.orchestration.materialize import (
     CreateFailed,
     JobMaterializer,
@@ -98,7 +98,7 @@ class SessionCommands:
                 raise refused.refusal from None
             except CreateFailed as failed:  # ended by the materializer: its runner's claim
                 # is refused before the session takes another turn
-                raise Refused(failed.kind, failed.message) from None
+                raise Refused(failed.kind, bounded(failed.message)) from None
         return {**turn.view, "created": True}
 
     async def preview_command(self, command: NewCommand) -> dict[str, Any]:
