@@ -447,10 +447,14 @@ async def test_blockers_end_blocked_with_their_kind(harness: Harness, case: str)
         prompt, kind = "blocker: required-skill-unavailable", "required-skill-unavailable"
     task_id = await submit(client, prompt, **extra)
     await dispatch(client, task_id, body)
-    task = await settle(client, task_id, timeout=60)
+    # Refreshes side by side, as workers and pollers make them: the one that stops a job
+    # kubelet cannot configure must not leave the others reading a vanished job.
+    settled = await asyncio.gather(*(settle(client, task_id, timeout=60) for _ in range(4)))
+    task = (await client.get(f"{TASKS}/{task_id}")).json()
     assert task["state"] == "blocked", (task["latestAttempt"]["failureKind"],
                                         task["latestAttempt"]["failureMessage"])
     assert task["latestAttempt"]["failureKind"] == kind
+    assert {seen["state"] for seen in settled} == {"blocked"}
 
 
 async def paused_sleeper(harness: Harness, session_id: str) -> tuple[str, int]:

@@ -176,6 +176,8 @@ class RunnerProtocol:
                           f"{int(self.lease.total_seconds())} s")
         if job.ended == FailureKind.RUNNER_LOST:
             return lost
+        if job.ended == FailureKind.SECRET_UNAVAILABLE:  # stopped by a concurrent refresh
+            return _blocked_on_secret(job)
         moment = now or datetime.now(UTC)
         silent = moment - datetime.fromisoformat(job.last_seen) if job.last_seen else None
         if silent is not None and silent > self.lease:
@@ -196,7 +198,10 @@ class RunnerProtocol:
         # The fallback when a runner dies before it reports: what the driver saw (pod status
         # and termination message; a local process gone: runner-lost).
         if stop_lost and there.failure_kind == FailureKind.SECRET_UNAVAILABLE:
-            await self.driver.cancel(runner_job_id)  # kubelet would retry it forever
+            # Ended first, then stopped (kubelet would retry it forever): a refresh running
+            # beside this one reads the outcome from the ledger, not from a Job now gone.
+            await self.end(runner_job_id, FailureKind.SECRET_UNAVAILABLE)
+            await self.driver.cancel(runner_job_id)
         return dataclasses.replace(there, assembly=there.assembly or job.assembly,
                                    thread_id=there.thread_id or job.thread_id,
                                    startup=there.startup or job.startup)
@@ -223,6 +228,12 @@ def _reported(job: RunnerJobState) -> JobStatus:
 
 def _moment(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
+
+
+def _blocked_on_secret(job: RunnerJobState) -> JobStatus:
+    return JobStatus(JobState.BLOCKED, failure_kind=FailureKind.SECRET_UNAVAILABLE,
+                     failure_message="a secret the runner job mounts is unavailable",
+                     assembly=job.assembly, thread_id=job.thread_id, startup=job.startup)
 
 
 def _lost(job: RunnerJobState, message: str) -> JobStatus:
