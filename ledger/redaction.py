@@ -59,11 +59,20 @@ _KEY_VALUE_SECRET = _compile(
 """``GH_TOKEN=v``, ``password: v``, ``"api_key": "v"`` (also JSON inside a JSON string).
 No capture groups (RE2 then needs only its DFA); the match is taken apart in Python."""
 _AUTH_SCHEME = _compile(r"(?i)\b(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
-_KNOWN_TOKENS_PATTERN = (
-    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
-    r"|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
-    r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
-)
+_KNOWN_TOKENS_PATTERN = "|".join((
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub classic, OAuth, user, server, refresh
+    r"github_pat_[A-Za-z0-9_]{20,}",  # GitHub fine-grained
+    r"gl(?:pat|dt|rt|ptt|ft|soat|cbt)-[A-Za-z0-9_-]{20,}",  # GitLab personal, deploy, runner…
+    r"xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[0-9]-[A-Za-z0-9-]{10,}",  # Slack tokens
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{16,}",  # webhooks
+    r"sk-[A-Za-z0-9_-]{16,}",  # OpenAI-style
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}",  # AWS access key ids, long-lived and temporary
+    r"AIza[0-9A-Za-z_-]{35}",  # Google API keys
+    r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}",  # Stripe secret and restricted keys
+    r"npm_[A-Za-z0-9]{36}",  # npm access tokens
+    r"pypi-AgE[A-Za-z0-9_-]{50,}",  # PyPI API tokens (a macaroon)
+    r"eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})",  # JWTs
+))
 _KNOWN_TOKENS = _compile(_KNOWN_TOKENS_PATTERN)
 _PRIVATE_KEY_BEGIN = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
 _PRIVATE_KEY = _compile(r"(?s)" + _PRIVATE_KEY_BEGIN + r".*?(?:-----END [A-Z0-9 ]*"

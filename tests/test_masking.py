@@ -95,6 +95,12 @@ def test_pattern_net_cuts_credentials() -> None:
         "Authorization: Bearer eyJabc.def123": "Authorization: Bearer [redacted]",
         "use ghp_" + "a" * 36: "use [redacted]",
         "AKIAABCDEFGHIJKLMNOP": "[redacted]",
+        "ASIAABCDEFGHIJKLMNOP temporary": "[redacted] temporary",
+        "key=AIza" + "b" * 35: "key=[redacted]",
+        "stripe sk_live_" + "c" * 24: "stripe [redacted]",
+        "//registry/:_authToken npm_" + "d" * 36: "//registry/:_authToken [redacted]",
+        "post to https://hooks.slack.com/services/T1/B2/" + "e" * 24 + " now":
+            "post to https://[redacted] now",
         "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\nok": "[redacted]\nok",
     }
     for text, expected in cases.items():
@@ -118,11 +124,18 @@ def test_one_mebibyte_of_adversarial_text_is_linear() -> None:
     samples = ["a" * size, ("GH_TOKEN=" * (size // 9)), ("https://u:" + "@" * 54) * (size // 64),
                ("ghp_" + "A" * 19 + "-") * (size // 24), VALUE[:-1] * (size // len(VALUE)),
                ('"token": "' + "\\" * 54) * (size // 64)]
-    for text in samples:
+
+    def seconds(text: str) -> float:
         started = time.perf_counter()
         redact_text(text)
         masker.mask_text(text)
-        assert time.perf_counter() - started < 1.0, text[:40]
+        return time.perf_counter() - started
+
+    # A quadratic pass over a mebibyte takes minutes; a linear one a fraction of a second,
+    # scaled by how busy the machine is now (the plain text's pass, measured in this run).
+    bound = max(1.0, 50 * min(seconds(samples[0]) for _ in range(3)))
+    for text in samples:
+        assert seconds(text) < bound, text[:40]
 
 
 def test_pod_registers_env_transient_and_volume_secrets(tmp_path: Path) -> None:
