@@ -41,6 +41,8 @@ STATUS_BY_CODE = {
     "ledger-corrupt": 503,
     "internal-error": 500,
 }
+RETRY_AFTER_S = 2
+"""Seconds a 503 asks the caller to wait before it tries again."""
 CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-allowed",
                   413: "payload-too-large", 503: "infra-failed"}
 
@@ -48,12 +50,16 @@ CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-all
 def envelope(code: str, message: str, details: dict[str, object] | None = None,
              status: int | None = None,
              headers: dict[str, str] | None = None) -> Response[bytes]:
-    """An error response; message and details pass through the redaction function."""
+    """An error response; message and details pass through the redaction function. A 503
+    says when to try again (``Retry-After``)."""
     body = {"error": {"code": code, "message": redact_text(message).splitlines()[0][:500],
                       "details": redact(details or {})}}
+    status = status or STATUS_BY_CODE.get(code, 400)
+    if status == 503:
+        headers = {"retry-after": str(RETRY_AFTER_S), **(headers or {})}
     return Response(
         content=msgspec.json.encode(body),
-        status_code=status or STATUS_BY_CODE.get(code, 400),
+        status_code=status,
         media_type="application/json",
         headers=headers,
     )

@@ -17,7 +17,7 @@ many, and at least a quarter of the limit)."""
 
 _REFUSED_TEXT = b"too many open connections"
 REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-           b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+           b"retry-after: 2\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
            % (len(_REFUSED_TEXT), _REFUSED_TEXT))
 """What a connection over the cap receives before it is closed (no idle one to make room)."""
 

@@ -22,12 +22,16 @@ class Manager(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, close_after_answer: bool = False, status: int = 200) -> None:
+    def __init__(self, close_after_answer: bool = False, status: int = 200,
+                 busy: int = 0) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.connections = 0
         self.requests: list[tuple[str, str, dict[str, object]]] = []
+        self.arrivals: list[float] = []
         self.close_after_answer = close_after_answer
         self.status = status
+        self.busy = busy
+        """How many requests are first answered 503 with ``Retry-After: 1``."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -41,10 +45,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append((self.path, self.headers["Authorization"], body))
+        self.server.arrivals.append(time.monotonic())
         status = self.server.status
+        if self.server.busy > 0:
+            self.server.busy -= 1
+            status = 503
         answer = json.dumps({"start": True} if status < 400
                             else {"error": {"code": "job-ended"}}).encode()
         self.send_response(status)
+        if status == 503:
+            self.send_header("Retry-After", "1")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
@@ -155,3 +165,22 @@ def test_an_address_that_is_not_plain_http_or_https_is_refused_before_anything_i
         base: str) -> None:
     with pytest.raises(ValueError, match="http:// or https://"):
         ManagerClient(base, "job_1", "tok")
+
+
+def test_a_busy_manager_is_asked_again_after_the_time_it_named() -> None:
+    with manager(busy=1) as server:
+        client = client_of(server)
+        client.heartbeat()
+    first, second = server.arrivals
+    assert len(server.requests) == 2
+    assert second - first >= 0.95, "Retry-After: 1 is honoured"
+
+
+def test_pauses_are_jittered_honour_the_asked_time_and_stop_at_the_deadline() -> None:
+    pauses = [manager_client.next_pause(2.0, 0.0, 60.0) for _ in range(200)]
+    assert all(1.0 <= pause <= 2.0 for pause in pauses)
+    assert len(set(pauses)) > 100, "runners that lost the manager together spread out"
+    assert manager_client.next_pause(0.1, 3.0, 60.0) == 3.0
+    assert manager_client.next_pause(2.0, 30.0, 0.5) == 0.5
+    assert [manager_client.retry_after(v) for v in (None, "", "2", "x", "-3", "9999")] == [
+        0.0, 0.0, 2.0, 0.0, 0.0, 60.0]

@@ -34,6 +34,7 @@ async def test_ready_fails_while_migrations_are_pending(client: Any, database_ur
         await conn.close()
     answer = await client.get("/api/v1/ready")
     assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "2"
     assert answer.json()["error"]["code"] == "infra-failed"
     assert answer.json()["error"]["details"]["pending"] == ["core"]
     assert (await client.get("/api/v1/health")).status_code == 200

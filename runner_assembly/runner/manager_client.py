@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import encodings.idna  # noqa: F401  http.client encodes the host with it at the first request
 import http.client
+import random
 import threading
 import time
 import urllib.parse
@@ -35,10 +36,28 @@ from runner_assembly.contract.messages import (
 RETRY_FOR_S = 120.0
 """How long a report is retried while the manager cannot be reached (a restart)."""
 TIMEOUT_S = 30.0
+PAUSE_S = (0.1, 2.0)
+"""The first and the longest pause between two tries of a report (jittered, doubling)."""
 REUSE_IDLE_S = 2.0
 """A kept connection idle longer than this is closed and a new one opened: the manager
 closes idle connections after its keep-alive time (``SVC_HTTP_KEEPALIVE_S``, 5 s by
 default), so a heartbeat every 10 s would otherwise find its connection gone."""
+
+
+def retry_after(value: str | None) -> float:
+    """The seconds a ``Retry-After`` header asks to wait (0 when absent or not a number of
+    seconds; capped at a minute)."""
+    try:
+        return min(max(float(value), 0.0), 60.0) if value else 0.0
+    except ValueError:
+        return 0.0
+
+
+def next_pause(pause: float, asked: float, left: float) -> float:
+    """The wait before the next try: a random part of ``pause`` (so runners that lost the
+    manager together do not come back in lockstep), at least what the manager asked for,
+    never past the deadline."""
+    return max(0.0, min(max(random.uniform(pause / 2, pause), asked), left))
 
 
 class ManagerRefused(Exception):
@@ -72,23 +91,23 @@ class ManagerClient:
         """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
         data = msgspec.json.encode(body)
         deadline = time.monotonic() + self.retry_for_s
-        pause = 0.1
+        pause, asked = PAUSE_S[0], 0.0
         while True:
             try:
-                status, text = self._exchange(self._prefix + path, data)
+                status, text, asked = self._exchange(self._prefix + path, data)
                 if status < 300:
                     value = msgspec.json.decode(text) if text else {}
                     return value if isinstance(value, dict) else {}
                 if status < 500:
                     raise ManagerRefused(status, _code(text))
             except (http.client.HTTPException, OSError, ValueError):
-                pass
+                asked = 0.0
             if time.monotonic() > deadline:
                 raise ManagerRefused(0, "manager-unreachable")
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            time.sleep(next_pause(pause, asked, deadline - time.monotonic()))
+            pause = min(pause * 2, PAUSE_S[1])
 
-    def _exchange(self, target: str, data: bytes) -> tuple[int, bytes]:
+    def _exchange(self, target: str, data: bytes) -> tuple[int, bytes, float]:
         """One request on this thread's connection: its status and body. A kept connection
         the manager has closed meanwhile (a cap on connections, a restart) is opened again
         at once."""
@@ -100,7 +119,7 @@ class ManagerClient:
                 raise
         return self._send(target, data)
 
-    def _send(self, target: str, data: bytes) -> tuple[int, bytes]:
+    def _send(self, target: str, data: bytes) -> tuple[int, bytes, float]:
         connection = self._connection()
         try:
             connection.request("POST", target, body=data, headers={
@@ -113,7 +132,7 @@ class ManagerClient:
         if answer.will_close:
             self._drop()
         self._local.used = time.monotonic()
-        return answer.status, text
+        return answer.status, text, retry_after(answer.getheader("Retry-After"))
 
     def _connection(self) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection",
