@@ -19,7 +19,7 @@ from api.allow import allow_middleware
 from api.attempt_routes import AttemptController
 from api.docs_ui import openapi_config
 from api.errors import handle_exception
-from api.health import health, metrics, ready
+from api.health import health, live, metrics, ready
 from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
@@ -179,7 +179,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
     return Litestar(
         route_handlers=[QueueController, AttemptController, RunnerJobController, RunnerController,
                         SessionController, RunCommandController,
-                        validate_manifest, health, ready, metrics],
+                        validate_manifest, live, health, ready, metrics],
         dependencies=services.provide(),
         middleware=[middleware(observed), allow_middleware],
         lifespan=[lifespan],

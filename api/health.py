@@ -1,4 +1,5 @@
-"""Liveness (``/api/v1/health``), readiness (``/api/v1/ready``) and ``/metrics``."""
+"""Liveness (``/api/v1/live``: the process answers), health (``/api/v1/health``: and its
+database does), readiness (``/api/v1/ready``: and every migration is applied), ``/metrics``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ from ledger.migrate import pending_migrations
 from ledger.version import VERSION
 from projections import queries
 from runner_assembly.assembly.capability import work_ready_summary
+
+
+@get("/api/v1/live", tags=["health"])
+async def live() -> wire.Live:
+    """The process serves requests; the database is not asked (a probe that restarts the
+    process must not fail while only the database is down)."""
+    return wire.Live(status="live", version=VERSION)
 
 
 @get("/api/v1/health", tags=["health"], responses=READ_ERRORS)

@@ -352,6 +352,13 @@ class DryRun(msgspec.Struct, rename="camel"):
     plan: JsonObject
 
 
+class Live(msgspec.Struct, kw_only=True):
+    """Liveness: the process answers (nothing else is asked)."""
+
+    status: str
+    version: str
+
+
 class Health(msgspec.Struct, rename="camel", kw_only=True):
     """Liveness and readiness answer, with the work-ready capability summary."""
 

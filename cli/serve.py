@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import functools
 import inspect
-import os
 import signal
 import socket
 import sys
@@ -82,7 +81,8 @@ def serve(
     port: Annotated[int, Parameter(env_var="SVC_PORT", help="Port to listen on.")] = 8080,
     workers: Annotated[int | None, Parameter(
         env_var="SVC_WORKERS",
-        help="API processes sharing the port (default: the number of cores). The database "
+        help="API processes sharing the port (default: the CPUs this process may use, its "
+             "cgroup's CPU quota included). The database "
              "is started and migrated once; SIGTERM or Ctrl-C stops every worker.")] = None,
 ) -> int:
     """Run the API. Data lives under SVC_DATA_DIR (default .svc): an embedded Postgres is
@@ -92,6 +92,7 @@ def serve(
     import uvicorn
 
     from api.app import create_app
+    from api.cpus import usable_cpus
     from api.observability import configure_logging
     from api.server import uvicorn_options
     from api.settings import ServiceSettings
@@ -113,7 +114,7 @@ def serve(
         render.error("invalid-request", f"unknown runner driver {settings.driver!r}; "
                      f"SVC_RUNNER_DRIVER is one of {', '.join(DRIVERS)}")
         return 2
-    workers = (os.cpu_count() or 1) if workers is None else workers
+    workers = usable_cpus() if workers is None else workers
     if not 1 <= workers <= MAX_WORKERS:
         render.error("invalid-request",
                      f"SVC_WORKERS/--workers must be between 1 and {MAX_WORKERS}, not {workers}")

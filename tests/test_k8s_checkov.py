@@ -15,6 +15,7 @@ import yaml
 
 from runner_assembly.assembly import k8s_objects
 from tests.test_k8s_driver import plan_of, rendered_objects
+from tests.test_k8s_manifests import OVERLAYS, rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,9 +46,13 @@ def test_the_rendered_runner_job_passes_checkov(tmp_path: Path) -> None:
     scanned = tmp_path / "scan"
     scanned.mkdir()
     (scanned / "runner-job.yaml").write_text(yaml.safe_dump_all(objects))
-    shutil.copy(ROOT / "manifests/k8s/networkpolicy.yaml", scanned)
+    shutil.copy(ROOT / "manifests/k8s/base/networkpolicy.yaml", scanned)
     assert failed_checks(scanned) == []
 
 
-def test_the_deployment_manifests_pass_checkov() -> None:
-    assert failed_checks(ROOT / "manifests/k8s") == []
+def test_the_deployment_manifests_pass_checkov(tmp_path: Path) -> None:
+    assert failed_checks(ROOT / "manifests/k8s/base") == []
+    for overlay in OVERLAYS:  # as kustomize renders each
+        (tmp_path / overlay).mkdir()
+        (tmp_path / overlay / "rendered.yaml").write_text(yaml.safe_dump_all(rendered(overlay)))
+        assert failed_checks(tmp_path / overlay) == [], overlay

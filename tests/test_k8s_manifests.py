@@ -1,5 +1,6 @@
 """The Kubernetes manifests that deploy the service: official schemas, Pod Security
-"restricted", least-privilege RBAC, and the example deployment manifest."""
+"restricted", least-privilege RBAC, probes that survive a database outage, disruption and
+spreading, the overlays as kustomize renders them, and the example deployment manifest."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import yaml
 
 from runner_assembly.assembly.names import manager_url
 
-K8S = Path("manifests/k8s")
+K8S = Path("manifests/k8s/base")
+OVERLAYS = sorted(p.name for p in Path("manifests/k8s/overlays").iterdir())
 KUBERNETES_VERSION = "1.30"
 
 
@@ -22,6 +24,52 @@ def objects() -> list[dict[str, Any]]:
         if path.name == "kustomization.yaml":
             continue
         found += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return found
+
+
+def merged(base: Any, patch: Any) -> Any:
+    """A strategic-merge patch as kustomize applies the ones here: maps merge, ``null``
+    deletes, lists of named items merge by name, other values are replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = dict(base)
+        for key, value in patch.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = merged(base[key], value) if key in base else value
+        return out
+    if isinstance(base, list) and isinstance(patch, list) \
+            and all(isinstance(i, dict) and "name" in i for i in [*base, *patch]):
+        by_name = {item["name"]: item for item in patch}
+        return [merged(item, by_name[item["name"]]) if item["name"] in by_name else item
+                for item in base]
+    return patch
+
+
+def rendered(overlay: str) -> list[dict[str, Any]]:
+    """The overlay's objects: the base with its images, replicas and patches applied."""
+    folder = Path("manifests/k8s/overlays") / overlay
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../../base"]
+    found = objects()
+    for patch in kustomization.get("patches", []):
+        change = yaml.safe_load((folder / patch["path"]).read_text())
+        key = (change["kind"], change["metadata"]["name"])
+        targets = [i for i, o in enumerate(found) if (o["kind"], o["metadata"]["name"]) == key]
+        assert targets, f"{overlay}: {patch['path']} patches nothing"
+        found[targets[0]] = merged(found[targets[0]], change)
+    for entry in kustomization.get("replicas", []):
+        (deployment,) = [o for o in found if o["kind"] == "Deployment"
+                         and o["metadata"]["name"] == entry["name"]]
+        deployment["spec"]["replicas"] = entry["count"]
+    for image in kustomization.get("images", []):
+        containers = [c for o in found if o["kind"] == "Deployment"
+                      for c in o["spec"]["template"]["spec"]["containers"]
+                      if c["image"].split("@")[0].split(":")[0] == image["name"]]
+        assert containers, f"{overlay}: the image {image['name']} is not in the base"
+        for container in containers:
+            container["image"] = image.get("newName", image["name"]) + (
+                f"@{image['digest']}" if "digest" in image else f":{image['newTag']}")
     return found
 
 
@@ -37,7 +85,50 @@ def test_the_kustomization_lists_every_manifest() -> None:
     present = sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
     assert sorted(listed) == present
     assert set(kinds()) == {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
-                            "Deployment", "Service", "NetworkPolicy"}
+                            "Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_renders_objects_that_validate(overlay: str) -> None:
+    for obj in rendered(overlay):
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    (deployment,) = [o for o in rendered(overlay) if o["kind"] == "Deployment"]
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert not image.startswith("registry.invalid/"), "every overlay names its image"
+
+
+def test_production_pins_its_image_by_digest_and_keeps_a_replica_through_a_drain() -> None:
+    found = {o["kind"]: o for o in rendered("prod")}
+    deployment = found["Deployment"]
+    assert pod_security_violations(deployment["spec"]["template"]["spec"]) == []
+    assert deployment["spec"]["replicas"] >= 3
+    budget = found["PodDisruptionBudget"]["spec"]
+    assert budget["minAvailable"] >= 1
+    assert budget["selector"] == deployment["spec"]["selector"]
+
+
+def test_probes_spread_and_worker_memory() -> None:
+    (deployment,) = kinds()["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/api/v1/live", \
+        "liveness must not depend on the database: an outage would restart every pod"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/api/v1/ready"
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "room to migrate"
+    keys = {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
+    assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    assert all(c["labelSelector"] == deployment["spec"]["selector"]
+               for c in pod["topologySpreadConstraints"])
+    assert not any(e["name"] == "SVC_WORKERS" for e in container.get("env", [])), \
+        "workers follow the CPU limit (the cgroup quota)"
+    for overlay in ["base", *OVERLAYS]:
+        found = objects() if overlay == "base" else rendered(overlay)
+        (manager,) = [o for o in found if o["kind"] == "Deployment"]
+        limits = manager["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        workers = -(-int(float(limits["cpu"]) * 1000) // 1000)
+        mebibytes = int(limits["memory"].removesuffix("Mi"))
+        assert mebibytes >= 256 + 128 * workers, (overlay, limits)
 
 
 @pytest.mark.parametrize("obj", objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")

@@ -175,6 +175,7 @@ async def _run(server: Any, owner: str, tmp_path: Path,
     tally, stop_new = Tally(), asyncio.Event()
     outages: list[Outage] = []
     healths: list[httpx.Response] = []
+    lives: list[httpx.Response] = []
     recoveries: list[float | None] = []
     async with running_api(owner, tmp_path) as base, \
             httpx.AsyncClient(base_url=base, timeout=15) as http:
@@ -191,6 +192,7 @@ async def _run(server: Any, owner: str, tmp_path: Path,
             outage.since = time.monotonic()
             await asyncio.sleep(DOWN_S / 2)
             healths.append(await http.get("/api/v1/health"))
+            lives.append(await http.get("/api/v1/live"))
             await asyncio.sleep(DOWN_S / 2)
             outage.until = time.monotonic()
             await asyncio.to_thread(_start, server)
@@ -245,6 +247,9 @@ async def _run(server: Any, owner: str, tmp_path: Path,
     for health in healths:
         assert health.status_code == 503
         assert health.json()["error"]["details"]["database"] == "down"
+        assert health.headers["retry-after"] == "2"
+    assert [live.status_code for live in lives] == [200] * len(STOP_MODES), \
+        "liveness does not depend on the database: an outage restarts no pod"
     assert None not in recoveries, "the pool did not reconnect after a restart"
     assert after.status_code == 201
     assert report.ok, report
