@@ -15,7 +15,7 @@ from projections import queries
 from runner_assembly.assembly.capability import work_ready_summary
 
 
-@get("/api/v1/live", tags=["health"])
+@get("/api/v1/live", tags=["health"], responses=READ_ERRORS)
 async def live() -> wire.Live:
     """The process serves requests; the database is not asked (a probe that restarts the
     process must not fail while only the database is down)."""
