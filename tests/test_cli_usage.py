@@ -92,8 +92,9 @@ def _workers_of(pid: int) -> list[int]:
 
 def _relay_socket_of(pid: int) -> str:
     """The ledger relay socket worker ``pid`` writes through (its settings are handed over
-    in a pipe): the named end of its connection to a relay, as ``ss`` pairs them."""
-    deadline = time.monotonic() + 30
+    in a pipe): the named end of its connection to a relay, as ``ss`` pairs them. A worker
+    may still be starting when another one first answers: as long as the server's start."""
+    deadline = time.monotonic() + 90
     while True:
         listed = subprocess.run(["ss", "-xpnH"], capture_output=True, text=True).stdout
         rows = [line.split() for line in listed.splitlines()]
