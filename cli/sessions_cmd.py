@@ -15,6 +15,7 @@ from api import session_wire as sw
 from api.wire import Prompt
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from cli.follow import follow_lines
 from cli.queue_cmd import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
 from ledger.states import SessionFilter
 
@@ -29,6 +30,10 @@ Reader = Annotated[str, Parameter(env_var="SVC_READER_ID",
 AfterSeq = Annotated[int, Parameter(help="Only lines after this seq (from a previous page).")]
 Limit = Annotated[int | None, Parameter(help="Lines per page (default 200, at most 1000).")]
 All = Annotated[bool, Parameter(help="Page until the last line instead of one page.")]
+Follow = Annotated[bool, Parameter(
+    name=["--follow", "-f"],
+    help="Keep printing new lines as they come until the session's turn ends (a poll by "
+         "--after-seq: no line missed or repeated, across server restarts; Ctrl-C stops).")]
 
 
 def _path(session_id: str, action: str = "") -> str:
@@ -71,8 +76,11 @@ def show(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None =
 
 
 def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, every: bool,
-           api: ApiOptions | None, output: render.OutputOptions | None) -> int:
+           api: ApiOptions | None, output: render.OutputOptions | None,
+           follow: bool = False) -> int:
     options = api or ApiOptions()
+    if follow:
+        return follow_lines(options, channel, _path(session_id, channel), after_seq, limit)
     if not every:
         return respond(lambda: call(options, "GET", _path(session_id, channel),
                                     params={"afterSeq": after_seq, "limit": limit}),
@@ -102,17 +110,20 @@ def _channel_command(channel: Literal["output", "trace"], doc: str) -> None:
     def command(session_id: str, *, after_seq: AfterSeq = 0, limit: Limit = None,
                 all_pages: Annotated[bool, Parameter(name="--all",
                                                      help=All.__metadata__[0].help)] = False,
+                follow: Follow = False,
                 api: ApiOptions | None = None, render_options: Annotated[
                     render.OutputOptions | None, Parameter(name="*")] = None) -> int:
-        return _lines(channel, session_id, after_seq, limit, all_pages, api, render_options)
+        return _lines(channel, session_id, after_seq, limit, all_pages, api, render_options,
+                      follow)
 
     command.__doc__ = doc
     sessions_app.command(command, name=channel)
 
 
-_channel_command("output", "What the session's backend printed, from --after-seq on (redacted).")
+_channel_command("output", "What the session's backend printed, from --after-seq on (redacted)."
+                 "\n\nExample: svc sessions output ses_… --follow")
 _channel_command("trace", "The runner's events (assembly, thread start/resume, exit), from "
-                 "--after-seq on.")
+                 "--after-seq on.\n\nExample: svc sessions trace ses_… --all")
 
 
 @sessions_app.command
