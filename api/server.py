@@ -21,6 +21,13 @@ REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; chars
            % (len(_REFUSED_TEXT), _REFUSED_TEXT))
 """What a connection over the cap receives before it is closed (no idle one to make room)."""
 
+_STOPPING_TEXT = b"the server is stopping"
+STOPPING = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
+            % (len(_STOPPING_TEXT), _STOPPING_TEXT))
+"""What a client still sending its request receives when the server stops: nothing of that
+request was acted on, so it may send it again, to this server's successor."""
+
 _TIMED_OUT_TEXT = b"request not received in time"
 TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
              b"content-length: %d\r\nconnection: close\r\n\r\n%s"
@@ -169,6 +176,17 @@ class DeadlineProtocol(HttpToolsProtocol):
         if self.timeout_keep_alive_task is not None and self._counted:
             self.registry.waiting[self] = None
             self.registry.waiting.move_to_end(self)
+
+    def shutdown(self) -> None:
+        """The server stops: a request still being received (part of its header or body) is
+        answered 503 and its connection closed at once, since nothing of it was acted on (a
+        handler reads its whole body first); anything else as uvicorn does (idle connections
+        closed, a response under way finished within the shutdown grace)."""
+        if self._phase is not None and not self.pipeline and self._may_answer():
+            self.transport.write(STOPPING)
+            self._cut()
+            return
+        super().shutdown()
 
     def _arm(self, seconds: int) -> None:
         self._disarm()
