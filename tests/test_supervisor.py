@@ -22,6 +22,8 @@ from tests.conftest import SERVER_PIDS, free_port, running_api
 from tests.support import task_body
 from tests.test_cli_usage import _alive, _workers_of
 
+pytestmark = pytest.mark.serial  # wall-clock bounds on two-worker servers: not beside others
+
 TASKS = "/api/v1/queue/tasks"
 WORKERS = {"SVC_WORKERS": "2", "SVC_SHUTDOWN_GRACE_S": "10"}  # the default grace
 EXIT_LIMIT_S = 8.0
