@@ -21,6 +21,18 @@ REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; chars
            % (len(_REFUSED_TEXT), _REFUSED_TEXT))
 """What a connection over the cap receives before it is closed (no idle one to make room)."""
 
+_STOPPING_TEXT = b"the server is stopping"
+STOPPING = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
+            % (len(_STOPPING_TEXT), _STOPPING_TEXT))
+"""What a client still sending its request receives when the server stops: nothing of that
+request was acted on, so it may send it again, to this server's successor."""
+
+RECEIVE_AT_STOP_S = 2
+"""How much longer a request body still arriving when the server stops may take to arrive
+(at most the shutdown grace): a client finishing its upload is served, a stuck one does not
+hold the server for the whole grace."""
+
 _TIMED_OUT_TEXT = b"request not received in time"
 TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
              b"content-length: %d\r\nconnection: close\r\n\r\n%s"
@@ -115,6 +127,7 @@ class DeadlineProtocol(HttpToolsProtocol):
     _deadline: asyncio.TimerHandle | None = None
     _counted = False
     _phase: Literal["headers", "body"] | None = None
+    _stopping = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Count the connection, make room under the cap, and arm the header deadline."""
@@ -170,6 +183,25 @@ class DeadlineProtocol(HttpToolsProtocol):
             self.registry.waiting[self] = None
             self.registry.waiting.move_to_end(self)
 
+    def shutdown(self) -> None:
+        """The server stops. A request still arriving is not in flight yet: the rest of its
+        body gets at most :data:`RECEIVE_AT_STOP_S` more (then it is served, its connection
+        closed after the answer), a part of a header none; one that misses it is answered
+        503, nothing of it acted on (a handler reads its whole body first), and closed.
+        Anything else as uvicorn does: idle connections closed, a response under way
+        finished within the shutdown grace."""
+        if self._phase is None or self.pipeline or not self._may_answer():
+            super().shutdown()
+            return
+        self._stopping = True
+        if self._phase == "headers":
+            self._expire()
+            return
+        super().shutdown()  # served, then closed
+        window = min(self.limits.shutdown_grace_s, RECEIVE_AT_STOP_S)
+        if self._deadline is None or self._deadline.when() > self.loop.time() + window:
+            self._arm(window)
+
     def _arm(self, seconds: int) -> None:
         self._disarm()
         self._deadline = self.loop.call_later(seconds, self._expire)
@@ -189,7 +221,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         """A deadline passed: answer 408 if a request was begun and nothing else is being
         answered on this connection, then close it."""
         if self._phase is not None and self._may_answer():
-            self.transport.write(TIMED_OUT)
+            self.transport.write(STOPPING if self._stopping else TIMED_OUT)
         self._cut()
 
     def _may_answer(self) -> bool:

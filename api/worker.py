@@ -1,11 +1,24 @@
 """One process of ``svc serve --workers N``: its app and HTTP protocol, built from the
 settings the supervising ``svc serve`` hands it (msgspec JSON inside uvicorn's configuration,
-which each worker receives pickled: the database already resolved and migrated)."""
+which each worker receives pickled: the database already resolved and migrated).
+
+A worker ends with its supervisor, however the supervisor ends (``kill -9`` included): it
+asks Linux for ``SIGKILL`` when its parent dies (``PR_SET_PDEATHSIG``), and a watchdog thread
+ends it when its parent changes (other systems, and a supervisor that died before the worker
+could ask). An orphan would keep the port and answer 503 forever (its ledger relay lived in
+the supervisor), and fight a restarted server over the port. Nothing acknowledged is lost:
+an answer leaves only after its commit.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import signal
+import sys
+import threading
+import time
 from typing import Any, Unpack
 
 from litestar import Litestar
@@ -27,16 +40,43 @@ def create(settings: bytes) -> Litestar:
     return create_app(service.database_url, settings=service.runner(), service=service)
 
 
+PR_SET_PDEATHSIG = 1
+WATCH_S = 0.2
+"""How often the watchdog looks at the worker's parent."""
+
+
+def end_with(supervisor: int) -> None:
+    """In a worker: be killed when the supervisor (pid ``supervisor``) ends, however."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    threading.Thread(target=_watch, args=(supervisor,), name="supervisor-watchdog",
+                     daemon=True).start()
+
+
+def _watch(supervisor: int) -> None:
+    """End this process as soon as its parent is no longer ``supervisor`` (at once if it
+    already is not: it died before the death signal was asked for)."""
+    while os.getppid() == supervisor:
+        time.sleep(WATCH_S)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class WorkerConfig(Config):
     """uvicorn's configuration of the workers, carrying the settings: each worker builds its
     protocol (its own connection cap) and its app from them when it loads."""
 
     def __init__(self, settings: ServiceSettings, **options: Any) -> None:
         self.service_settings = settings.encode()
+        self.supervisor = os.getpid()
         super().__init__(functools.partial(create, self.service_settings), factory=True, **options)
 
     def load(self) -> None:
-        """In the worker: bind the protocol to the settings, then load as uvicorn does."""
+        """In the worker: end with the supervisor, bind the protocol to the settings, then
+        load as uvicorn does."""
+        if os.getpid() != self.supervisor:
+            end_with(self.supervisor)
         http = ServiceSettings.decode(self.service_settings).http()
         self.http = protocol_class(http, connection_cap(http.max_connections, raise_fd_limit()))
         super().load()

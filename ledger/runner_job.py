@@ -1,9 +1,11 @@
 """The runner-job stream: what a runner reports through the runner protocol (DESIGN 9).
 
-Its tokens (as hashes), the claim of its start (the first claim wins), heartbeats (the lease),
-the bounded assembly event, the thread, the exit, and the manager's end of the job. Every
-runner command carries its token's sha256; ``decide`` refuses one this job never issued, and
-every token once the job has ended or its exit is recorded.
+Its tokens (as hashes), the claim of its start (the first claim wins), the bounded assembly
+event, the thread, the exit, and the manager's end of the job. Every runner command carries
+its token's sha256; ``decide`` refuses one this job never issued, and every token once the job
+has ended or its exit is recorded. A heartbeat is decided here too, but what it decides is kept
+in the job's lease row, not appended (:mod:`ledger.leases`); ``evolve`` still folds the
+``job-heartbeat`` entries of ledgers written before.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class ClaimJob(_FromRunner, frozen=True):
 
 
 class Heartbeat(_FromRunner, frozen=True):
-    """The claimed runner renews its lease."""
+    """The claimed runner renews its lease (decided, then kept in the lease row)."""
 
     at: str
 
@@ -85,7 +87,8 @@ class RunnerJobState(msgspec.Struct, frozen=True):
     claimant: str | None = None
     startup: dict[str, object] | None = None
     last_seen: str = ""
-    """When the job last showed life: its newest token, claim or heartbeat (ISO 8601)."""
+    """When the job last showed life in the ledger: its newest token, claim or (in a ledger
+    written before leases) heartbeat (ISO 8601). The lease row may be newer."""
     assembly: dict[str, object] | None = None
     thread_id: str | None = None
     thread_mode: str | None = None

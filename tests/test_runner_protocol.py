@@ -182,8 +182,8 @@ async def test_line_batches_are_taken_once_in_order_and_bad_bodies_change_nothin
     assert (thread.status_code, assembly.status_code, beat.status_code) == (200, 200, 200)
     assert beat.json()["leaseSeconds"] == 60
     assert await events_of(database_url, "job_l") == [
-        "job-token-issued", "job-claimed", "job-thread-reported", "job-assembly-reported",
-        "job-heartbeat"]
+        "job-token-issued", "job-claimed", "job-thread-reported", "job-assembly-reported"
+    ], "a heartbeat renews the lease row, not the ledger (tests/test_lease.py)"
 
 
 async def test_storage_refresh_takes_snake_case_names_and_checks_a_runner_token(
@@ -290,4 +290,4 @@ async def test_a_lost_lease_ends_the_attempt_runner_lost_and_a_retry_keeps_the_s
         await client.post(f"{TASKS}/{task_id}/cancel", json={})
     events = await events_of(database_url, job.name)
     assert events[:2] == ["job-token-issued", "job-claimed"] and events[-1] == "job-ended"
-    assert events.count("job-heartbeat") >= 3 and "job-exited" not in events
+    assert "job-heartbeat" not in events and "job-exited" not in events

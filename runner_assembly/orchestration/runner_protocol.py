@@ -3,8 +3,10 @@
 A runner job's bearer token is random, issued when its job is (re)created, handed to the
 driver for the per-job secret and recorded in the ledger as a sha256 only. Everything a
 runner reports goes through the ledger (the runner-job stream; the storage summary on the
-session stream; lines into the session line store by numbered batch). The job's status for
-refresh comes from these reports; the driver only says whether the job is still there.
+session stream; lines into the session line store by numbered batch), except its heartbeats:
+liveness is not history, so a heartbeat renews the job's lease row in place
+(:mod:`ledger.leases`). The job's status for refresh comes from these reports; the driver only
+says whether the job is still there.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from ledger import session_lines
+from ledger import leases, session_lines
 from ledger.errors import InvalidTransition, Unauthorized
 from ledger.events import JobExit
 from ledger.runner_job import (
@@ -29,6 +31,7 @@ from ledger.runner_job import (
     ReportThread,
     RunnerJobState,
     authorize,
+    decide,
 )
 from ledger.states import FailureKind, JobState
 from ledger.streams import RUNNER_JOB_STREAM
@@ -107,9 +110,19 @@ class RunnerProtocol:
         return state.claimant == claimant
 
     async def heartbeat(self, runner_job_id: str, token: str) -> None:
-        """Renew the job's lease."""
-        await self.writer.execute(Heartbeat(runner_job_id, token_hash(token), now_text()),
-                                  ACTOR)
+        """Renew the job's lease: decided on the job's stream like any report (its live
+        token, once claimed), then kept in the job's lease row instead of the ledger."""
+        command = Heartbeat(runner_job_id, token_hash(token), now_text())
+        decide(await self.job(runner_job_id), command)  # refuses what the ledger would
+        await leases.renew(self.pool, runner_job_id, datetime.fromisoformat(command.at))
+
+    async def last_seen(self, job: RunnerJobState) -> datetime | None:
+        """When the job last showed life: its lease row or its newest ledger event."""
+        renewed = await leases.last_seen(self.pool, job.runner_job_id)
+        recorded = datetime.fromisoformat(job.last_seen) if job.last_seen else None
+        if renewed is None or recorded is None:
+            return renewed or recorded
+        return max(renewed, recorded)
 
     async def assembly(self, runner_job_id: str, token: str,
                        assembly: dict[str, object]) -> None:
@@ -153,8 +166,9 @@ class RunnerProtocol:
         return job
 
     async def end(self, runner_job_id: str, reason: str) -> None:
-        """Close the job: its tokens are refused from now on."""
+        """Close the job: its tokens are refused from now on (and its lease row goes)."""
         await self.writer.execute(EndJob(runner_job_id, reason), MANAGER)
+        await leases.release(self.pool, runner_job_id)
 
     async def status(self, runner_job_id: str, *, stop_lost: bool = True,
                      now: datetime | None = None) -> JobStatus:
@@ -179,7 +193,8 @@ class RunnerProtocol:
         if job.ended == FailureKind.SECRET_UNAVAILABLE:  # stopped by a concurrent refresh
             return _blocked_on_secret(job)
         moment = now or datetime.now(UTC)
-        silent = moment - datetime.fromisoformat(job.last_seen) if job.last_seen else None
+        seen = await self.last_seen(job)
+        silent = moment - seen if seen is not None else None
         if silent is not None and silent > self.lease:
             if silent <= self.lease + self.start:
                 alive = (await self.driver.status(runner_job_id)).alive_at
