@@ -7,7 +7,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import examples, wire
 from api.body import read_body
-from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS
 from api.openapi import also_ok, body, command
 from api.params import AttemptId, DryRunFlag, HttpRequest, Limit, QueueDep, RetryCursor, TaskId
 from runner_assembly.assembly import model
@@ -19,7 +19,7 @@ class AttemptController(Controller):
     path = "/api/v1/queue/tasks/{task_id:str}"
     tags = ("queue",)
 
-    @command("/dispatch", wire.DispatchBody, examples.DISPATCH, WRITE_ERRORS, required=False)
+    @command("/dispatch", wire.DispatchBody, examples.DISPATCH, OPENING_ERRORS, required=False)
     async def dispatch(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""

@@ -40,6 +40,7 @@ STATUS_BY_CODE = {
     "commit-unknown": 503,
     "ledger-corrupt": 503,
     "internal-error": 500,
+    "session-limit-reached": 429,
 }
 RETRY_AFTER_S = 2
 """Seconds a 503 asks the caller to wait before it tries again."""
@@ -81,9 +82,12 @@ _DESCRIPTIONS = {
     413: "payload-too-large (bodies over 1 MiB)",
     422: "secret-unavailable, tenant-policy-denied, prompt-unavailable, prompt-too-large, "
          "required-skill-unavailable, session-store-evicted or build-required",
-    503: "infra-failed, commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt"}
+    503: "infra-failed, commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt",
+    429: "session-limit-reached (the tenant holds SVC_MAX_SESSIONS_PER_TENANT live sessions)"}
 READ_ERRORS = error_responses(400, 404, 503)
 WRITE_ERRORS = error_responses(400, 404, 409, 413, 422, 503)
+OPENING_ERRORS = {**WRITE_ERRORS, **error_responses(429)}
+"""A write that may open a session (POST /sessions, dispatch): the tenant's cap too."""
 
 
 def handle_exception(request: Request[object, object, State],

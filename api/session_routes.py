@@ -17,7 +17,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from api import examples, wire
 from api import session_wire as sw
 from api.body import convert, decode, read_body
-from api.errors import READ_ERRORS, WRITE_ERRORS, error_responses
+from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS, error_responses
 from api.openapi import also_ok, body, command
 from api.params import (
     AfterSeq,
@@ -46,7 +46,7 @@ class SessionController(Controller):
     path = "/api/v1/sessions"
     tags = ("sessions",)
 
-    @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+    @post("/", status_code=HTTP_201_CREATED, responses=OPENING_ERRORS,
           opt=body(sw.SessionCreateBody, examples.SESSION_CREATE, required=False)
           | also_ok("dry run: the plan, nothing created"))
     async def create(self, request: HttpRequest, session_api: SessionDep,

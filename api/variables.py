@@ -286,6 +286,15 @@ VARIABLES: tuple[Variable, ...] = (
              shown=WITH_VOLUME),
     _set_for("backend", "SVC_SESSION_PVC_MOUNT_PATH", "where the session volume is mounted",
              shown=WITH_VOLUME),
+    _server("SVC_OUTPUT_MAX_BYTES", str(64 * 1024 * 1024), positive_whole,
+            "what a backend may print in one turn; past it the runner drops the rest (one "
+            "notice line in the output, one `output-bounded` trace event with the count) and "
+            "the turn ends as it would have; the manager stores no more of a turn's lines "
+            "either (DESIGN 13)", shown="`67108864` (64 MiB)"),
+    _server("SVC_MAX_SESSIONS_PER_TENANT", "100", whole,
+            "live sessions (with a volume, not evicted) a tenant may hold; creating one more "
+            "(`POST /sessions`, a dispatch naming a new `sessionRef`) is refused with 429 "
+            "`session-limit-reached`; `0`: no cap"),
 )
 """Every ``SVC_*`` variable of the service (tests' own knobs aside)."""
 

@@ -225,6 +225,9 @@ class SessionFacts(msgspec.Struct, frozen=True):
     creator: str
     run_id: str | None = None
     """The session's own run (created with it through the session API), if any."""
+    tenant_id: str = ""
+    """The tenant whose live sessions it counts toward (``SVC_MAX_SESSIONS_PER_TENANT``):
+    its task's, or the caller's (``""`` before DESIGN 12's principals)."""
 
 
 class SessionOpened(SessionFacts, frozen=True, tag="session-opened", tag_field="type"):

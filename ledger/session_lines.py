@@ -75,29 +75,56 @@ async def take_in(conn: DbConnection, session_id: str, runner_job_id: str, chann
 
 
 async def append_batch(conn: DbConnection, session_id: str, runner_job_id: str, channel: str,
-                       batch_seq: int, lines: list[str]) -> bool:
+                       batch_seq: int, lines: list[str], max_bytes: int | None = None) -> bool:
     """Append one numbered batch of a job's lines; False when that batch was already taken.
 
     Batches of a job's channel are numbered 1, 2, …; a gap is refused (``invalid-transition``
-    naming the batch expected), so lines are never lost or reordered.
+    naming the batch expected), so lines are never lost or reordered. With ``max_bytes``
+    (``SVC_OUTPUT_MAX_BYTES``) a job's channel stores at most that many bytes of lines (each
+    counted with its newline), then one notice, then nothing more: the batches are accepted
+    all the same (:func:`within_bound`).
     """
     async with conn.transaction():
         await conn.execute(SQL["ensure_head"], session_id, channel)
         last = await conn.fetchval(SQL["lock_head"], session_id, channel)
-        taken = await conn.fetchval(SQL["source_batch"], runner_job_id, channel) or 0
+        source = await conn.fetchrow(SQL["source_batch"], runner_job_id, channel)
+        taken, received = (source["batch_seq"], source["byte_offset"]) if source else (0, 0)
         if batch_seq <= taken:
             return False
         if batch_seq != taken + 1:
             raise InvalidTransition(f"batch {batch_seq} out of order; expected {taken + 1}",
                                     expectedSeq=taken + 1)
         stored = [bounded_line(line.replace("\x00", "\ufffd")) for line in lines]
+        stored, received = within_bound(stored, received, max_bytes, channel)
         if stored:
             seqs = list(range(last + 1, last + 1 + len(stored)))
             await conn.execute(SQL["insert_lines"], session_id, channel, runner_job_id, seqs,
                                stored)
             await conn.execute(SQL["save_head"], session_id, channel, seqs[-1])
-        await conn.execute(SQL["save_batch"], runner_job_id, channel, batch_seq)
+        await conn.execute(SQL["save_batch"], runner_job_id, channel, batch_seq, received)
         return True
+
+
+def within_bound(lines: list[str], received: int, max_bytes: int | None,
+                 channel: str) -> tuple[list[str], int]:
+    """The lines of a batch that fit in a job channel's bound, given the bytes ``received``
+    before it (kept in the source's ``byte_offset``), and the bytes received after it. The
+    batch that crosses the bound keeps its lines that fit and one notice in place of the
+    rest; later batches keep nothing. The runner bounds its output first (DESIGN 13): this
+    is the manager's own net against a runner that does not."""
+    sizes = [len(line.encode()) + 1 for line in lines]
+    total = received + sum(sizes)
+    if max_bytes is None or total <= max_bytes:
+        return lines, total
+    if received > max_bytes:
+        return [], total
+    kept, used = 0, received
+    while used + sizes[kept] <= max_bytes:
+        used += sizes[kept]
+        kept += 1
+    notice = (f"[svc] the manager stores no more of this job's {channel} past its bound of "
+              f"{max_bytes} bytes (SVC_OUTPUT_MAX_BYTES)")
+    return [*lines[:kept], notice], total
 
 
 async def last_seq(db: Queryable, session_id: str, channel: str) -> int:

@@ -163,6 +163,12 @@ async def active_turns(db: Queryable, session_id: str) -> list[ActiveTurn]:
                                        sorted(ACTIVE_TURNS)))
 
 
+async def live_sessions(db: Queryable, tenant_id: str) -> int:
+    """How many sessions of the tenant keep a volume (not evicted)."""
+    return int(await db.fetchval(TURNS_SQL["live_sessions_of_tenant"], tenant_id,
+                                 StorageKind.VOLUME))
+
+
 async def running_sessions(db: Queryable, limit: int) -> list[str]:
     """Ids of running sessions, oldest change first."""
     return [r["session_id"] for r in await db.fetch(TURNS_SQL["running_sessions"], limit,

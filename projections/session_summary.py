@@ -47,6 +47,7 @@ class SessionRow(msgspec.Struct, frozen=True):
     creator: str
     created_at: datetime
     updated_at: datetime
+    tenant_id: str = ""
 
 
 class TurnRow(msgspec.Struct, frozen=True):
@@ -96,7 +97,7 @@ def _opened(event: ev.SessionOpened, entry: RecordedEntry) -> SessionRow:
         expires_at=_expiry(event.expires_at), run_id=event.run_id, latest_run_id=event.run_id,
         latest_command_id=None, latest_runner_job_id=None, latest_task_id=None, turns=0,
         failure_kind=None, version=1, change_seq=entry.change_seq, creator=event.creator,
-        created_at=entry.recorded_at, updated_at=entry.recorded_at)
+        created_at=entry.recorded_at, updated_at=entry.recorded_at, tenant_id=event.tenant_id)
 
 
 def _turn_reserved(event: ev.SessionTurnReserved, entry: RecordedEntry) -> TurnRow:

@@ -75,6 +75,10 @@ class RunnerSettings:
     fetch_allow_hosts: tuple[str, ...] = ()
     """``SVC_FETCH_ALLOW_HOSTS``: loopback, link-local or metadata hosts runners may fetch
     from."""
+    output_max_bytes: int = 64 * 1024 * 1024
+    """``SVC_OUTPUT_MAX_BYTES``: what a backend may print in one turn (runner and manager)."""
+    max_sessions_per_tenant: int = 100
+    """``SVC_MAX_SESSIONS_PER_TENANT``: live sessions a tenant may hold (0: no cap)."""
 
     @property
     def fetch_allow(self) -> FetchAllow:

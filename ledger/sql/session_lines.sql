@@ -27,9 +27,10 @@ WHERE session_id = $1 AND channel = $2 AND seq > $3 ORDER BY seq LIMIT $4
 SELECT coalesce(max(last_seq), 0) FROM session_line_head WHERE session_id = $1 AND channel = $2
 
 -- name: source_batch
-SELECT batch_seq FROM session_line_source WHERE runner_job_id = $1 AND channel = $2
+SELECT batch_seq, byte_offset FROM session_line_source WHERE runner_job_id = $1 AND channel = $2
 
 -- name: save_batch
 INSERT INTO session_line_source (runner_job_id, channel, byte_offset, batch_seq)
-VALUES ($1, $2, 0, $3)
-ON CONFLICT (runner_job_id, channel) DO UPDATE SET batch_seq = EXCLUDED.batch_seq
+VALUES ($1, $2, $4, $3)
+ON CONFLICT (runner_job_id, channel)
+DO UPDATE SET batch_seq = EXCLUDED.batch_seq, byte_offset = EXCLUDED.byte_offset

@@ -7,6 +7,9 @@ SELECT * FROM session_summary WHERE session_id = $1
 SELECT runner_job_id, run_id, task_id, status FROM session_turn
 WHERE session_id = $1 AND status = ANY($2::text[])
 
+-- name: live_sessions_of_tenant
+SELECT count(*) FROM session_summary WHERE tenant_id = $1 AND storage_kind = $2
+
 -- name: running_sessions
 SELECT session_id FROM session_summary WHERE state = $2 ORDER BY change_seq LIMIT $1
 

@@ -63,6 +63,9 @@ class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Test-only runner crash points (``SVC_FAULTS``), written by the local driver."""
     fetch_allow: FetchAllow = msgspec.field(default_factory=FetchAllow)
     """Which repository sources the runner may fetch besides public hosts (default: none)."""
+    output_max_bytes: int = 64 * 1024 * 1024
+    """``SVC_OUTPUT_MAX_BYTES``: what the backend may print in this turn; past it the runner
+    drops the rest and traces the count (:mod:`runner_assembly.runner.output_bound`)."""
 
 
 class JobFileRefused(Exception):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 import msgspec
 
+from ledger.database import DbConnection
 from ledger.errors import DomainError, NotFound
 from ledger.events import RunEnd
 from ledger.run import CreateRun, FinishRun, RecordRunnerJob
@@ -85,7 +86,7 @@ class AttemptJobs:
             if task is None or current is None or current.state != AttemptStatus.RESERVED:
                 return  # another caller finished it while we waited at the fence
             async with self.turns.lock(row.session_id, conn):
-                order = await self._order(facts, row, transient_env or {}, task.state)
+                order = await self._order(facts, row, transient_env or {}, task.state, conn)
                 if order is None:
                     return  # its assembly failed: the attempt is failed, its run recorded
                 try:
@@ -103,10 +104,10 @@ class AttemptJobs:
             await self.cancel_job(row.run_id, row.runner_job_id)
 
     async def _order(self, facts: TaskFacts, row: AttemptIds, env: dict[str, str],
-                     task_state: TaskStatus) -> JobOrder | None:
+                     task_state: TaskStatus, conn: DbConnection) -> JobOrder | None:
         """The order of the attempt's job: its run recorded and its session opened with
         the turn's reservation. An assembly that fails records them and fails the attempt
-        instead (None)."""
+        instead (None). ``conn``: the caller's fence connection."""
         existing = await self.turns.row(row.session_id)
         thread = facts.thread(existing.thread_id if existing else None)
         ids = Ids(task_id=facts.task_id, attempt_id=row.attempt_id, run_id=row.run_id,
@@ -115,7 +116,7 @@ class AttemptJobs:
         try:
             plan = await self.planner.plan(facts, ids, env, thread)
         except AssemblyFailure as failure:
-            await self._record_then_fail(facts, row, existing, prelude, failure)
+            await self._record_then_fail(facts, row, existing, prelude, failure, conn)
             return None
         return JobOrder(
             spec=self.planner.spec(facts, row, plan, env, thread),
@@ -125,6 +126,7 @@ class AttemptJobs:
                 prompt=facts.prompt, profile=row.backend_profile),
             actor=ACTOR, task_id=facts.task_id, attempt_id=row.attempt_id, prelude=prelude,
             volume=self._volume(facts, row, existing),
+            tenant_id=_counted(facts),
             takes_capacity=self.materializer.settings.retention,
             keeps_turn=lambda kind: after_materialization_failure(
                 task_state, kind) == AttemptStatus.RESERVED,
@@ -134,10 +136,12 @@ class AttemptJobs:
 
     async def _record_then_fail(self, facts: TaskFacts, row: AttemptIds,
                                 existing: SessionRow | None, prelude: list[Command],
-                                failure: AssemblyFailure) -> None:
-        """An attempt whose assembly fails still records its run and its session."""
+                                failure: AssemblyFailure, conn: DbConnection) -> None:
+        """An attempt whose assembly fails still records its run and its session (within
+        its tenant's cap of live sessions)."""
         try:
-            await self.writer.execute_all(prelude, ACTOR)
+            async with self.turns.cap.opening(_counted(facts), row.session_id, conn):
+                await self.writer.execute_all(prelude, ACTOR)
         except DomainError as refusal:
             await self.fail(facts.task_id, row.attempt_id, refusal.code, refusal.message)
             return
@@ -159,7 +163,8 @@ class AttemptJobs:
             backend_profile=row.backend_profile, resource_bundle_ref=facts.resource_bundle_ref,
             prompt_sha256=hashlib.sha256(prompt).hexdigest(), prompt_bytes=len(prompt))
         return [run, self.turns.open_command(row.session_id, conversation, row.backend_profile,
-                                             persistent=facts.persistent_session)]
+                                             persistent=facts.persistent_session,
+                                             tenant_id=facts.tenant_id)]
 
     def _volume(self, facts: TaskFacts, row: AttemptIds,
                 existing: SessionRow | None) -> dict[str, object] | None:
@@ -199,6 +204,12 @@ class AttemptJobs:
         session_id = await oq.session_of_job(self.pool, runner_job_id)
         if session_id is not None:
             await self.turns.finish(session_id, runner_job_id, JobStatus(JobState.CANCELLED))
+
+
+def _counted(facts: TaskFacts) -> str | None:
+    """The tenant whose cap the task's new session counts toward (None: it keeps no
+    volume, so it does not count)."""
+    return facts.tenant_id if facts.persistent_session else None
 
 
 def _failure_of(failure: TurnRefused | CapacityExhausted | CreateFailed) -> tuple[str, str]:

@@ -133,7 +133,8 @@ class Dispatcher:
     async def check_session(self, facts: TaskFacts) -> None:
         """Refuse, before anything is reserved, a task whose session belongs to another
         profile, was evicted, or is running a turn (other than that of the task's reserved
-        attempt, which dispatching again resumes)."""
+        attempt, which dispatching again resumes), or would open one past its tenant's cap
+        (checked again under the tenant's lock when the session is opened)."""
         session_id = facts.named_session
         if not facts.persistent_session or session_id is None:
             return
@@ -141,7 +142,8 @@ class Dispatcher:
         latest = task.latest if task is not None else None
         resumed = latest.ids.runner_job_id if latest is not None and latest.ids \
             and latest.state == AttemptStatus.RESERVED else None
-        await self.turns.check_usable(session_id, facts.backend_profile, resumed)
+        if await self.turns.check_usable(session_id, facts.backend_profile, resumed) is None:
+            await self.turns.cap.check(facts.tenant_id)
 
     async def preview_job(self, facts: TaskFacts, events: Sequence[msgspec.Struct],
                           attempt_id: str | None,

@@ -41,6 +41,11 @@ class TaskFacts:
         return isinstance(self.session_ref, dict) and bool(self.session_ref)
 
     @property
+    def tenant_id(self) -> str:
+        """The task's tenant."""
+        return str(self.contract.get("tenantId", ""))
+
+    @property
     def named_session(self) -> str | None:
         """The session id ``sessionRef`` names, if any."""
         session_id = (self.session_ref or {}).get("sessionId")

@@ -82,6 +82,9 @@ class JobOrder:
     """Recorded with the reservation, before it (the run, the session it opens)."""
     volume: dict[str, object] | None = None
     """The session volume to create once the prelude recorded its session."""
+    tenant_id: str | None = None
+    """The tenant whose cap of live sessions the prelude's session counts toward, if it
+    opens one that counts (``SVC_MAX_SESSIONS_PER_TENANT``)."""
     takes_capacity: bool = False
     """Take a slot of the namespace's capacity before the turn is reserved."""
     keeps_turn: Callable[[str], bool] = _never
@@ -154,7 +157,8 @@ class JobMaterializer:
         turn was reserved now (False: a replay found it reserved)."""
         together = not order.takes_capacity
         first = [*order.prelude, *reservation] if together else list(order.prelude)
-        outcomes = await self.writer.execute_all(first, order.actor) if first else []
+        async with self.turns.cap.opening(order.tenant_id, order.turn.session_id, conn):
+            outcomes = await self.writer.execute_all(first, order.actor) if first else []
         if order.volume is not None:
             await self.driver.ensure_volume(order.volume)
         if not together:

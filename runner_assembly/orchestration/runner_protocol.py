@@ -78,10 +78,13 @@ class RunnerProtocol:
     """Receives what runners report; answers a job's status from those reports."""
 
     def __init__(self, pool: asyncpg.Pool, writer: Writer, driver: RunnerDriver,
-                 lease_s: float, start_s: float = 0.0) -> None:
+                 lease_s: float, start_s: float = 0.0,
+                 output_max_bytes: int | None = None) -> None:
         """``start_s``: how much longer a job may stay silent while the driver shows one of
-        its containers being started (``SVC_RUNNER_START_S``)."""
+        its containers being started (``SVC_RUNNER_START_S``); ``output_max_bytes``: what a
+        job's channel may store (``SVC_OUTPUT_MAX_BYTES``; None: no bound)."""
         self.pool = pool
+        self.output_max_bytes = output_max_bytes
         self.writer = writer
         self.driver = driver
         self.lease = timedelta(seconds=lease_s)
@@ -148,7 +151,7 @@ class RunnerProtocol:
         job = await self.authorized(runner_job_id, token, claimed=True)
         async with self.pool.acquire() as conn:
             return await session_lines.append_batch(conn, job.session_id, runner_job_id,
-                                                    channel, seq, lines)
+                                                    channel, seq, lines, self.output_max_bytes)
 
     async def authorized(self, runner_job_id: str, token: str, *,
                          claimed: bool = False) -> RunnerJobState:

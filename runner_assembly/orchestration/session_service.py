@@ -38,6 +38,8 @@ class NewSession(msgspec.Struct, frozen=True):
     conversation_id: str | None
     backend_profile: str
     run_base: dict[str, Any]
+    tenant_id: str = ""
+    """Whose live sessions it counts toward (the caller's; ``""`` without a principal)."""
 
 
 @dataclass(eq=False)
@@ -52,24 +54,35 @@ class SessionService:
     protocol: RunnerProtocol
 
     async def create(self, request: NewSession) -> str:
-        """Create the session, its volume and its run (or find it); its id."""
+        """Create the session, its volume and its run (or find it); its id. A new session
+        counts toward its tenant's cap: refused at it (``session-limit-reached``) with
+        nothing recorded."""
         session_id = request.session_id or new_id("ses")
         existing = await self.turns.row(session_id)
-        if existing is not None:
-            await self.turns.open(session_id, existing.conversation_id,
-                                  request.backend_profile, persistent=True)
-            return session_id
+        if existing is None:
+            async with self.turns.cap.opening(request.tenant_id, session_id):
+                existing = await self.turns.row(session_id)
+                if existing is None:
+                    await self._record_new(session_id, request)
+        row = existing or await self.turns.row(session_id)
+        assert row is not None
+        await self.turns.open(session_id, row.conversation_id, request.backend_profile,
+                              persistent=True)
+        return session_id
+
+    async def _record_new(self, session_id: str, request: NewSession) -> None:
+        """Record a new session and its run (its volume comes after)."""
         conversation = request.conversation_id or "cnv_" + session_id.removeprefix("ses_")
         base = request.run_base
         run_id = new_id("run")
-        await self.writer.execute(CreateRun(
+        await self.writer.execute_all([CreateRun(
             run_id=run_id, task_id="", attempt_id="", command_id="", runner_job_id="",
             session_id=session_id, conversation_id=conversation,
             backend_profile=request.backend_profile,
-            resource_bundle_ref=base.get("resourceBundleRef"), base=base), ACTOR)
-        await self.turns.open(session_id, conversation, request.backend_profile,
-                              persistent=True, run_id=run_id)
-        return session_id
+            resource_bundle_ref=base.get("resourceBundleRef"), base=base),
+            self.turns.open_command(session_id, conversation, request.backend_profile,
+                                    persistent=True, run_id=run_id,
+                                    tenant_id=request.tenant_id)], ACTOR)
 
     async def sync(self, session_id: str) -> None:
         """Finish the session's turns whose runner reported its exit (or was lost)."""

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 import asyncpg
@@ -35,6 +36,7 @@ from projections import orchestration_queries as oq
 from projections.session_summary import SessionRow, expires_after
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
+from runner_assembly.orchestration.session_cap import SessionCap
 from runner_assembly.settings import RunnerSettings
 
 ACTOR = "session-layer"
@@ -86,6 +88,11 @@ class SessionTurns:
         async with advisory_lock(conn, f"session/{session_id}"):
             yield
 
+    @cached_property
+    def cap(self) -> SessionCap:
+        """The per-tenant cap of live sessions (``SVC_MAX_SESSIONS_PER_TENANT``)."""
+        return SessionCap(self.pool, self.fence_pool, self.settings.max_sessions_per_tenant)
+
     async def row(self, session_id: str) -> SessionRow | None:
         """The session's summary row, if it exists."""
         return await oq.session_state(self.pool, session_id)
@@ -119,15 +126,17 @@ class SessionTurns:
         return await self.row(session_id)
 
     def open_command(self, session_id: str, conversation_id: str, profile: str, *,
-                     persistent: bool, run_id: str | None = None) -> OpenSession:
-        """The command that creates the session (a no-op when it exists)."""
+                     persistent: bool, run_id: str | None = None,
+                     tenant_id: str = "") -> OpenSession:
+        """The command that creates the session (a no-op when it exists), of ``tenant_id``."""
         ttl = self.settings.session_ttl_s
         volume = self.volume(session_id, conversation_id) if persistent else None
         return OpenSession(
             session_id=session_id, conversation_id=conversation_id, backend_profile=profile,
             storage_kind=StorageKind.VOLUME if persistent else StorageKind.NONE,
             pvc_name=str(volume["pvcName"]) if volume else None, ttl_seconds=ttl,
-            expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id)
+            expires_at=expires_after(datetime.now(UTC), ttl), creator=ACTOR, run_id=run_id,
+            tenant_id=tenant_id)
 
     async def ensure_volume(self, session_id: str, conversation_id: str,
                             storage_kind: StorageKind) -> None:

@@ -46,7 +46,7 @@ def orchestration(pool: asyncpg.Pool, fence_pool: asyncpg.Pool, writer: Writer,
     reader = TaskReader(pool, settings.default_profile)
     turns = SessionTurns(pool, fence_pool, writer, driver, settings, assembly)
     protocol = RunnerProtocol(pool, writer, driver, settings.runner_lease_s,
-                              settings.runner_start_s)
+                              settings.runner_start_s, settings.output_max_bytes)
     materializer = JobMaterializer(fence_pool, writer, driver, protocol, turns, settings)
     jobs = AttemptJobs(pool, writer, driver, reader, planner, materializer, turns, protocol)
     dispatcher = Dispatcher(pool, writer, reader, planner, jobs, turns, settings.faults)

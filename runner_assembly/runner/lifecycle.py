@@ -30,7 +30,7 @@ from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.contract.messages import ExitBody, ExitState
 from runner_assembly.runner import beneath
 from runner_assembly.runner.assemble import Assembler, Launch
-from runner_assembly.runner.backend_run import run_relayed
+from runner_assembly.runner.backend_run import Relayed, run_relayed
 from runner_assembly.runner.crash import crash_at
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout
@@ -149,14 +149,25 @@ class Lifecycle:
                    sandbox=sandbox)
         begun = now()
         try:
-            code, finished = run_relayed(wrapped, workspace, env, self.scratch, MASKER,
-                                         started)
+            relayed = run_relayed(wrapped, workspace, env, self.scratch, MASKER,
+                                  self.job.output_max_bytes, started)
         except OSError as error:
             return self._spawn_failed(spawn_failure(error, command, workspace))
-        report = msgspec.structs.replace(self._outcome(code), started_at=begun,
-                                         finished_at=finished)
-        self._report_after(code, report)
+        self._trace_dropped(relayed)
+        report = msgspec.structs.replace(self._outcome(relayed.code), started_at=begun,
+                                         finished_at=relayed.finished)
+        self._report_after(relayed.code, report)
         return report
+
+    def _trace_dropped(self, relayed: Relayed) -> None:
+        """One trace event when the backend printed past the turn's bound: how many lines
+        and bytes of its output (and bytes of its errors) were dropped."""
+        output, errors = relayed.output, relayed.errors
+        if not (output.cut or errors.cut):
+            return
+        self.trace("output-bounded", maxBytes=output.max_bytes,
+                   droppedLines=output.dropped_lines, droppedBytes=output.dropped_bytes,
+                   stderrDroppedBytes=errors.dropped_bytes)
 
     def _spawn_failed(self, failure: AssemblyFailure) -> ExitBody:
         """The backend could not start: traced, and reported with its failure kind."""

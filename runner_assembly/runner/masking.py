@@ -25,7 +25,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable
-from typing import IO, TYPE_CHECKING, overload
+from typing import IO, TYPE_CHECKING, Protocol, overload
 from urllib.parse import quote, quote_plus
 
 import re2
@@ -214,7 +214,18 @@ class LineMasker:
             self._carry = b""
 
 
-def relay(source: IO[bytes], sink: IO[bytes], masker: Masker) -> None:
+class Sink(Protocol):
+    """Where a relay writes: a binary file, or a :class:`~runner_assembly.runner.output_bound.
+    Bounded` one."""
+
+    def write(self, data: bytes, /) -> object:
+        """Take ``data``."""
+
+    def flush(self) -> object:
+        """Push what was taken to its file."""
+
+
+def relay(source: IO[bytes], sink: Sink, masker: Masker) -> None:
     """Copy ``source`` to ``sink`` until its end, masked per line and flushed as it goes."""
     def write(data: bytes) -> None:
         sink.write(data)
@@ -229,7 +240,7 @@ def relay(source: IO[bytes], sink: IO[bytes], masker: Masker) -> None:
 class Relays:
     """Relays several streams at once (a backend's stdout and stderr), each in a thread."""
 
-    def __init__(self, pairs: list[tuple[IO[bytes], IO[bytes]]], masker: Masker) -> None:
+    def __init__(self, pairs: list[tuple[IO[bytes], Sink]], masker: Masker) -> None:
         self.threads = [threading.Thread(target=relay, args=(source, sink, masker), daemon=True)
                         for source, sink in pairs]
         for thread in self.threads:
