@@ -62,6 +62,7 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     queue_timeout_budgets: dict[str, str]
     faults: frozenset[str]
     fault_seed: int
+    backend_loopback_ports: tuple[int, ...] = ()
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""
@@ -132,7 +133,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             runner_api_url=self.runner_api_url, runner_heartbeat_s=self.runner_heartbeat_s,
             runner_lease_s=self.runner_lease_s, runner_start_s=self.runner_start_s,
             fetch_allow_file_roots=self.fetch_allow_file_roots,
-            fetch_allow_hosts=self.fetch_allow_hosts)
+            fetch_allow_hosts=self.fetch_allow_hosts,
+            backend_loopback_ports=self.backend_loopback_ports)
 
 
 def _parsed(variable: Variable, value: str | None) -> object:

@@ -75,6 +75,9 @@ class RunnerSettings:
     fetch_allow_hosts: tuple[str, ...] = ()
     """``SVC_FETCH_ALLOW_HOSTS``: loopback, link-local or metadata hosts runners may fetch
     from."""
+    backend_loopback_ports: tuple[int, ...] = ()
+    """``SVC_BACKEND_LOOPBACK_PORTS``: the host loopback ports sandboxed local backends
+    reach (every other one is out of their network namespace's reach)."""
 
     @property
     def fetch_allow(self) -> FetchAllow:
@@ -99,6 +102,15 @@ class RunnerSettings:
     def sandbox(self) -> str:
         """How backends are confined (``bwrap`` or ``off``): locally, or in their pods."""
         return self.local_sandbox if self.driver == "local" else self.pod_sandbox
+
+    @property
+    def backend_network(self) -> str:
+        """The backends' network: ``pasta`` (local, sandboxed: their own namespace, no host
+        loopback service but the forwarded ports), ``host`` (local, unsandboxed) or ``pod``
+        (Kubernetes: the pod's network)."""
+        if self.driver != "local":
+            return "pod"
+        return "pasta" if self.local_sandbox == "bwrap" else "host"
 
     @property
     def secrets_dir(self) -> Path:
