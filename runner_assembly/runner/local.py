@@ -63,7 +63,7 @@ def _sandboxed(life: Lifecycle, bwrap: str | None, network: Network | None,
     job, layout = life.job, life.layout
     volume = Path(job.volume_dir) if job.volume_dir else None
     return wrap(bwrap, command, job_mounts(job, layout, volume), layout.workspace,
-                network), "bwrap"
+                network=network, own_user=True), "bwrap"
 
 
 def _parser() -> argparse.ArgumentParser:

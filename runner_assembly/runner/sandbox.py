@@ -6,11 +6,11 @@ the project's packages, read-only), its home with the backend home and projected
 its workspaces and its session volume (read-write), volume tool credentials (read-only), a
 private ``/tmp``, ``/dev`` and ``/proc`` (its own pid namespace). Everything else of the
 machine -- the secret store, the data directory, other jobs, the server's processes -- is
-absent. Paths keep their host names, so the plan's environment stays valid unchanged. The
-backend runs as :data:`BACKEND_UID` in its own user namespace (the runner's user outside),
-and, given a :class:`~runner_assembly.runner.netns.Network`, in its own network namespace
-connected by pasta (:mod:`runner_assembly.runner.netns`): the network, but no loopback
-service of the host.
+absent. Paths keep their host names, so the plan's environment stays valid unchanged. A
+local backend runs as :data:`BACKEND_UID` in its own user namespace (the runner's user
+outside) and in its own network namespace connected by pasta
+(:mod:`runner_assembly.runner.netns`): the network, but no loopback service of the host. A
+pod's backend keeps the pod's user (non-root) and network (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -191,15 +191,17 @@ def readable_paths(job: JobFile) -> list[Path]:
     return readable
 
 
-def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path,
-         network: Network | None = None) -> list[str]:
-    """``command`` as run under ``bwrap`` with ``mounts``, starting in ``cwd``, as
-    :data:`BACKEND_UID`; with ``network``, in the network namespace the launcher connects
-    with pasta (without, the network namespace is the runner's)."""
-    args = [bwrap, "--die-with-parent", "--new-session", "--unshare-user", "--uid",
-            str(BACKEND_UID), "--gid", str(BACKEND_GID), "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL",
-            *_system_args(), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path, *,
+         network: Network | None = None, own_user: bool = False) -> list[str]:
+    """``command`` as run under ``bwrap`` with ``mounts``, starting in ``cwd``; with
+    ``own_user``, as :data:`BACKEND_UID` in a user namespace of its own; with ``network``,
+    in the network namespace the launcher connects with pasta (without, the network
+    namespace is the runner's)."""
+    user = ["--unshare-user", "--uid", str(BACKEND_UID), "--gid", str(BACKEND_GID)]
+    args = [bwrap, "--die-with-parent", "--new-session", *(user if own_user else []),
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--cap-drop", "ALL", *_system_args(), "--tmpfs", "/tmp", "--proc", "/proc",
+            "--dev", "/dev"]
     args += _binds("--ro-bind", mounts.read_only)
     args += _binds("--bind", mounts.read_write)
     args += _binds("--ro-bind", mounts.read_only_over)
