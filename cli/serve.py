@@ -208,7 +208,7 @@ def supervise_with_relay(service: ServiceSettings, **options: Unpack[ServeOption
 def _forwarded_service(service: ServiceSettings, api_port: int) -> str | None:
     """Why ``SVC_BACKEND_LOOPBACK_PORTS`` cannot be served: it names the port of the API or
     of the database (DESIGN 13)."""
-    from runner_assembly.runner.netns import refused_ports, url_port
+    from runner_assembly.runner.network import refused_ports, url_port
 
     return refused_ports(service.backend_loopback_ports, {
         "the API (SVC_PORT/--port)": api_port,

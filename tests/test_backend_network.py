@@ -26,7 +26,7 @@ import pytest
 
 from runner_assembly.drivers import DriverError
 from runner_assembly.drivers.local import LocalDriver
-from runner_assembly.runner import netns
+from runner_assembly.runner import netns, network
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port, svc_executable
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
@@ -218,7 +218,7 @@ def test_pasta_ends_with_the_sandbox(tmp_path: Path) -> None:
     command = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--dev", "/dev",
                "--die-with-parent", "--", "/bin/sh", "-c", "ip -o route; read line"]
     launcher = subprocess.Popen([sys.executable, "-m", "runner_assembly.runner.netns",
-                                 "--pasta", netns.find_pasta(), "--", *command],
+                                 "--pasta", network.find_pasta(), "--", *command],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert launcher.stdin is not None and launcher.stdout is not None
     route = launcher.stdout.readline()  # the sandbox runs: its network is configured
@@ -260,6 +260,6 @@ def test_loopback_ports_setting_is_checked() -> None:
     for bad in ("0", "65536", "http", "-1"):
         with pytest.raises(ValueError, match="SVC_BACKEND_LOOPBACK_PORTS"):
             ports("SVC_BACKEND_LOOPBACK_PORTS", bad)
-    assert netns.url_port("postgresql://u@/db?host=/tmp/pg", 5432) is None
-    assert netns.url_port("postgresql://u@127.0.0.1/db", 5432) == 5432
-    assert netns.url_port("http://127.0.0.1:8123", 80) == 8123
+    assert network.url_port("postgresql://u@/db?host=/tmp/pg", 5432) is None
+    assert network.url_port("postgresql://u@127.0.0.1/db", 5432) == 5432
+    assert network.url_port("http://127.0.0.1:8123", 80) == 8123

@@ -46,7 +46,7 @@ from runner_assembly.drivers.protocol import (
 from runner_assembly.runner.jobfiles import write_atomically, write_private
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.leftovers import remove_secrets
-from runner_assembly.runner.netns import Network
+from runner_assembly.runner.network import Network
 from runner_assembly.runner.sandbox import (
     BWRAP,
     SandboxUnavailable,

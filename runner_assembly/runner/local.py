@@ -33,7 +33,7 @@ from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.leftovers import layout_of, remove_secrets
 from runner_assembly.runner.lifecycle import MASKER, Lifecycle, connect, read_job
 from runner_assembly.runner.manager_client import ManagerRefused
-from runner_assembly.runner.netns import Network
+from runner_assembly.runner.network import Network
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume

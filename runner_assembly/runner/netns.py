@@ -21,20 +21,15 @@ is ready: when pasta cannot connect the namespace, the launcher exits with
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-PASTA = "pasta"
 PACKAGE = "passt"
 """pasta's Debian package."""
 READY_TIMEOUT_S = 30.0
@@ -44,64 +39,6 @@ PR_SET_PDEATHSIG = 1
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CAPABILITY_VERSION_3 = 0x20080522
-
-
-class NetworkUnavailable(Exception):
-    """pasta is missing or cannot connect a sandbox's network namespace on this machine."""
-
-
-@dataclass(frozen=True)
-class Network:
-    """How the backend's namespace is connected: pasta's path and the forwarded host
-    loopback ports."""
-
-    pasta: str
-    loopback_ports: tuple[int, ...] = ()
-
-    def args(self) -> list[str]:
-        """This network as the runner's and the launcher's arguments."""
-        ports = ",".join(str(port) for port in self.loopback_ports)
-        return ["--pasta", self.pasta, *(["--loopback-ports", ports] if ports else [])]
-
-
-def find_pasta() -> str:
-    """The absolute path of ``pasta``; :class:`NetworkUnavailable` naming the package and
-    the setting when it is missing."""
-    found = shutil.which(PASTA)
-    if found is None:
-        raise NetworkUnavailable(
-            f"pasta (Debian's {PACKAGE}) is missing: the sandboxed backend's own network needs "
-            f"it; install it (`make setup` does, as root) or set SVC_LOCAL_SANDBOX=off to run "
-            f"local backends unsandboxed")
-    return found
-
-
-def refused_ports(ports: Sequence[int], protected: dict[str, int | None]) -> str | None:
-    """Why ``SVC_BACKEND_LOOPBACK_PORTS`` may not forward ``ports``: one of them is the port
-    of a service in ``protected`` (``{what: port}``); None when none is."""
-    for what, port in protected.items():
-        if port is not None and port in ports:
-            return (f"SVC_BACKEND_LOOPBACK_PORTS may not forward port {port}: it is the port of "
-                    f"{what} (backends never reach the service's API or database)")
-    return None
-
-
-def url_port(url: str | None, default: int | None = None) -> int | None:
-    """The TCP port a URL names (``default`` when it names a host but no port); None
-    without a URL, for a Unix socket (no host, or a ``host=/path`` query) or when it does
-    not parse."""
-    if not url:
-        return None
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    query = urllib.parse.parse_qs(parts.query)
-    if not parts.hostname or parts.hostname.startswith("/") \
-            or any(host.startswith("/") for host in query.get("host", [])):
-        return None
-    return port if port is not None else default
 
 
 def pasta_command(pasta: str, ports: Sequence[int], holder_pid: int, ready_fd: int
@@ -239,27 +176,21 @@ def _die_with_parent() -> None:
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _ports(text: str) -> tuple[int, ...]:
-    return tuple(int(port) for port in text.split(",") if port)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner_assembly.runner.netns")
-    parser.add_argument("--pasta", required=True)
-    parser.add_argument("--loopback-ports", type=_ports, default=())
-    parser.add_argument("bwrap", nargs=argparse.REMAINDER)
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the launcher: ``--pasta PATH [--loopback-ports P,Q] -- BWRAP…``."""
-    args = _parser().parse_args(argv)
-    command = args.bwrap[1:] if args.bwrap[:1] == ["--"] else args.bwrap
-    if not command:
-        print("svc: the launcher needs a bwrap command", file=sys.stderr)
+    """Entry point of the launcher: ``--pasta PATH [--loopback-ports P,Q] -- BWRAP…`` (parsed
+    by hand: the launcher starts before every backend, so it imports little)."""
+    args = sys.argv[1:] if argv is None else argv
+    options: dict[str, str] = {}
+    while args and args[0] in ("--pasta", "--loopback-ports") and len(args) > 1:
+        options[args[0]] = args[1]
+        args = args[2:]
+    command = args[1:] if args[:1] == ["--"] else []
+    if "--pasta" not in options or not command:
+        print("usage: netns --pasta PATH [--loopback-ports P,Q] -- BWRAP…", file=sys.stderr)
         return 2
+    ports = tuple(int(port) for port in options.get("--loopback-ports", "").split(",") if port)
     with contextlib.suppress(BrokenPipeError):
-        return launch(args.pasta, args.loopback_ports, command)
+        return launch(options["--pasta"], ports, command)
     return NO_NETWORK
 
 

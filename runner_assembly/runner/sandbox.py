@@ -27,7 +27,7 @@ import runner_assembly
 from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.layout import Layout
-from runner_assembly.runner.netns import Network, NetworkUnavailable, find_pasta
+from runner_assembly.runner.network import Network, NetworkUnavailable, find_pasta
 
 BWRAP = "bwrap"
 OFF = "off"
