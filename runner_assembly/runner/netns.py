@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -81,13 +82,14 @@ class _Holder:
         ready_read, ready_write = os.pipe()
         self._hold_read, self._hold_write = os.pipe()
         self.pid = os.fork()
-        if self.pid == 0:  # the holder
-            os.close(ready_read)
-            os.close(self._hold_write)
-            ok = _unshare_network()
-            os.write(ready_write, b"ok" if ok else b"no")
-            os.read(self._hold_read, 1)  # until the launcher releases it (or dies)
-            os._exit(0)
+        if self.pid == 0:  # the holder: whatever happens, it never returns into the launcher
+            try:
+                os.close(ready_read)
+                os.close(self._hold_write)
+                os.write(ready_write, b"ok" if _unshare_network() else b"no")
+                os.read(self._hold_read, 1)  # until the launcher releases it (or dies)
+            finally:
+                os._exit(0)
         os.close(ready_write)
         os.close(self._hold_read)
         with os.fdopen(ready_read, "rb") as ready:
@@ -124,8 +126,9 @@ def _unshare_network() -> bool:
     """In the holder: a new network namespace (root), or a new user namespace mapping this
     user to itself with a new network namespace (anyone else)."""
     uid, gid = os.geteuid(), os.getegid()
-    if uid == 0:  # then without capabilities, so that pasta, which drops its own, may open
-        return _libc().unshare(CLONE_NEWNET) == 0 and _drop_capabilities()  # the namespace
+    if uid == 0:  # then with no capability: pasta drops its own, and may only open the
+        # namespace of a process whose capabilities are a subset of its own
+        return _libc().unshare(CLONE_NEWNET) == 0 and _drop_capabilities()
     if _libc().unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return False
     try:
@@ -156,7 +159,8 @@ def _connect(pasta: str, ports: Sequence[int], holder_pid: int) -> bool:
     try:
         process = subprocess.Popen(pasta_command(pasta, ports, holder_pid, ready_write),
                                    pass_fds=(ready_write,), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                   stdout=subprocess.DEVNULL,
+                                   preexec_fn=functools.partial(_die_with_parent, os.getpid()))
     except OSError:
         os.close(ready_read)
         return False
@@ -171,9 +175,12 @@ def _connect(pasta: str, ports: Sequence[int], holder_pid: int) -> bool:
     return False
 
 
-def _die_with_parent() -> None:
-    """In pasta's child before exec: pasta ends with its parent (the launcher, then bwrap)."""
+def _die_with_parent(parent: int) -> None:
+    """In pasta's child before exec: pasta ends with its parent (the launcher, then bwrap),
+    also when the parent ended before the signal was asked for."""
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
