@@ -143,8 +143,8 @@ def serve(
     render.out(SANDBOX_BANNER[settings.driver, settings.sandbox])
     if settings.backend_network == "pasta":
         forwarded = ", ".join(map(str, settings.backend_loopback_ports)) or "none"
-        render.out("backend network: its own namespace (pasta): outbound only, no loopback "
-                   f"service of this host (forwarded ports, SVC_BACKEND_LOOPBACK_PORTS: "
+        render.out("backend network: a namespace of its own (pasta): the network, but no "
+                   "loopback service of this host (forwarded, SVC_BACKEND_LOOPBACK_PORTS: "
                    f"{forwarded})")
     if server is not None and ensure_demo_secret(data):
         render.out(f"created a placeholder profile-1 secret under {data / 'secrets'} "
