@@ -11,7 +11,7 @@ COPY manifests manifests
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim
-RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap \
+RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap passt \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 10001 svc && useradd --uid 10001 --gid svc --home /home/svc svc
 COPY --from=build /install /usr/local

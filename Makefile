@@ -27,13 +27,14 @@ $(CHECKOV):
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/pip install --quiet --no-compile 'checkov==3.3.30'
 
-# The local driver runs backends under bubblewrap: installed here when missing (as root).
+# The local driver runs backends under bubblewrap, on their own network through pasta
+# (Debian's passt): installed here when missing (as root).
 bwrap:
-	@bash scripts/ensure-debs.sh bwrap
+	@bash scripts/ensure-debs.sh bwrap pasta
 
-# What the tests need from Debian (bubblewrap, postgresql-15): one apt-get update for both.
+# What the tests need from Debian (bubblewrap, passt, postgresql-15): one apt-get update.
 debs:
-	@bash scripts/ensure-debs.sh bwrap pg15
+	@bash scripts/ensure-debs.sh bwrap pasta pg15
 
 setup: $(STAMP) bwrap
 

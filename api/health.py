@@ -28,7 +28,8 @@ async def health(queue_api: QueueDep) -> wire.Health:
     # One dependency: Litestar resolves two or more of a handler in a task group per request.
     return wire.Health(status="ok", version=VERSION, database="ok",
                        change_seq=await queue_api.head.read(),
-                       work_ready=work_ready_summary(), sandbox=queue_api.settings.sandbox)
+                       work_ready=work_ready_summary(), sandbox=queue_api.settings.sandbox,
+                       backend_network=queue_api.settings.backend_network)
 
 
 @get("/api/v1/ready", tags=["health"], responses=READ_ERRORS)

@@ -64,6 +64,7 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     fault_seed: int
     output_max_bytes: int
     max_sessions_per_tenant: int
+    backend_loopback_ports: tuple[int, ...] = ()
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""
@@ -135,7 +136,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             runner_lease_s=self.runner_lease_s, runner_start_s=self.runner_start_s,
             fetch_allow_file_roots=self.fetch_allow_file_roots,
             fetch_allow_hosts=self.fetch_allow_hosts, output_max_bytes=self.output_max_bytes,
-            max_sessions_per_tenant=self.max_sessions_per_tenant)
+            max_sessions_per_tenant=self.max_sessions_per_tenant,
+            backend_loopback_ports=self.backend_loopback_ports)
 
 
 def _parsed(variable: Variable, value: str | None) -> object:

@@ -96,6 +96,18 @@ def hosts(name: str, value: str) -> tuple[str, ...]:
     return entries
 
 
+def ports(name: str, value: str) -> tuple[int, ...]:
+    """TCP ports (1 to 65535), comma-separated."""
+    found = []
+    for item in (item.strip() for item in value.split(",")):
+        if not item:
+            continue
+        if not item.isdigit() or not 1 <= int(item) <= 65535:
+            raise ValueError(f"{name} takes ports from 1 to 65535, comma-separated, not {item!r}")
+        found.append(int(item))
+    return tuple(dict.fromkeys(found))
+
+
 def command(_name: str, value: str) -> tuple[str, ...] | None:
     """A shell-style command line, or None when unset."""
     return tuple(shlex.split(value)) if value else None
@@ -268,6 +280,11 @@ VARIABLES: tuple[Variable, ...] = (
             "`crash-after-spawn`, `crash-after-create`)"),
     _server("SVC_FAULT_SEED", "0", whole,
             "test-only: the seed of `create-timeout@P`'s random draws"),
+    _server("SVC_BACKEND_LOOPBACK_PORTS", "", ports,
+            "host loopback TCP ports, comma-separated, that sandboxed local backends reach at "
+            "their own `127.0.0.1:<port>` (e.g. a model server on this machine); every other "
+            "loopback service of the host is out of their reach. `svc serve` refuses the API's "
+            "and the database's ports (DESIGN 13)"),
     _set_for("runner", "SVC_JOB_SPEC", "where a pod's runner reads its job's spec (mounted "
              "from the job's Secret)", "/var/run/svc/job/job-spec.json"),
     _set_for("runner", "SVC_TERMINATION_LOG",

@@ -370,6 +370,9 @@ class Health(msgspec.Struct, rename="camel", kw_only=True):
     migrations: str | None = None
     sandbox: str | None = None
     """How local backends are confined: ``bwrap`` or ``off`` (None with Kubernetes)."""
+    backend_network: str | None = None
+    """The backends' network: ``pasta`` (their own namespace, no host loopback service but
+    ``SVC_BACKEND_LOOPBACK_PORTS``), ``host`` (unsandboxed) or ``pod`` (Kubernetes)."""
 
 
 class ErrorBody(msgspec.Struct):

@@ -119,7 +119,7 @@ def serve(
         render.error("invalid-request",
                      f"SVC_WORKERS/--workers must be between 1 and {MAX_WORKERS}, not {workers}")
         return 2
-    refusal = _unusable_address(host, port)
+    refusal = _unusable_address(host, port) or _forwarded_service(service, port)
     if refusal is not None:
         render.error("invalid-request", refusal)
         return 2
@@ -142,6 +142,11 @@ def serve(
     render.out(f"svc serving on {api} with {workers} worker{'s' * (workers > 1)} "
                f"(database: {where}; migrations applied: {', '.join(applied) or 'none pending'})")
     render.out(SANDBOX_BANNER[settings.driver, settings.sandbox])
+    if settings.backend_network == "pasta":
+        forwarded = ", ".join(map(str, settings.backend_loopback_ports)) or "none"
+        render.out("backend network: a namespace of its own (pasta): the network, but no "
+                   "loopback service of this host (forwarded, SVC_BACKEND_LOOPBACK_PORTS: "
+                   f"{forwarded})")
     if server is not None and ensure_demo_secret(data):
         render.out(f"created a placeholder profile-1 secret under {data / 'secrets'} "
                    "(reference backend only)")
@@ -199,6 +204,19 @@ def supervise_with_relay(service: ServiceSettings, **options: Unpack[ServeOption
         return supervise(service, **options)
     finally:  # also on SIGTERM or Ctrl-C, even during the relay's start
         relay.stop()
+
+
+def _forwarded_service(service: ServiceSettings, api_port: int) -> str | None:
+    """Why ``SVC_BACKEND_LOOPBACK_PORTS`` cannot be served: it names the port of the API or
+    of the database (DESIGN 13)."""
+    from runner_assembly.runner.network import refused_ports, url_port
+
+    return refused_ports(service.backend_loopback_ports, {
+        "the API (SVC_PORT/--port)": api_port,
+        "the runner protocol (SVC_RUNNER_API_URL)": url_port(service.runner_api_url, 80),
+        "the database (SVC_DATABASE_URL)": url_port(service.database_url, 5432),
+        "the schema owner's database (SVC_MIGRATE_DATABASE_URL)":
+            url_port(service.migrate_database_url, 5432)})
 
 
 def _unusable_address(host: str, port: int) -> str | None:

@@ -79,6 +79,9 @@ class RunnerSettings:
     """``SVC_OUTPUT_MAX_BYTES``: what a backend may print in one turn (runner and manager)."""
     max_sessions_per_tenant: int = 100
     """``SVC_MAX_SESSIONS_PER_TENANT``: live sessions a tenant may hold (0: no cap)."""
+    backend_loopback_ports: tuple[int, ...] = ()
+    """``SVC_BACKEND_LOOPBACK_PORTS``: the host loopback ports sandboxed local backends
+    reach (every other one is out of their network namespace's reach)."""
 
     @property
     def fetch_allow(self) -> FetchAllow:
@@ -103,6 +106,15 @@ class RunnerSettings:
     def sandbox(self) -> str:
         """How backends are confined (``bwrap`` or ``off``): locally, or in their pods."""
         return self.local_sandbox if self.driver == "local" else self.pod_sandbox
+
+    @property
+    def backend_network(self) -> str:
+        """The backends' network: ``pasta`` (local, sandboxed: their own namespace, no host
+        loopback service but the forwarded ports), ``host`` (local, unsandboxed) or ``pod``
+        (Kubernetes: the pod's network)."""
+        if self.driver != "local":
+            return "pod"
+        return "pasta" if self.local_sandbox == "bwrap" else "host"
 
     @property
     def secrets_dir(self) -> Path:

@@ -4,6 +4,8 @@
 #   bwrap  Debian's bubblewrap: the local driver runs every backend under it (skipped when
 #          SVC_LOCAL_SANDBOX=off: backends then run unsandboxed, as the banner and health say)
 #   pg15   Debian's postgresql-15: the second test pass (scripts/with-pg15.sh)
+#   pasta  Debian's passt: the sandboxed backend's own network namespace (DESIGN 13; skipped
+#          when SVC_LOCAL_SANDBOX=off)
 set -euo pipefail
 
 missing=()
@@ -12,6 +14,8 @@ for tool in "$@"; do
         bwrap) [ "${SVC_LOCAL_SANDBOX:-bwrap}" = off ] || command -v bwrap >/dev/null 2>&1 \
                    || missing+=(bubblewrap) ;;
         pg15)  [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15) ;;
+        pasta) [ "${SVC_LOCAL_SANDBOX:-bwrap}" = off ] || command -v pasta >/dev/null 2>&1 \
+                   || missing+=(passt) ;;
         *)     echo "ensure-debs: unknown tool $tool" >&2; exit 2 ;;
     esac
 done
@@ -20,7 +24,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "ensure-debs: missing ${missing[*]}; install with apt-get install ${missing[*]}" \
-         "(for bubblewrap, or set SVC_LOCAL_SANDBOX=off to run local backends unsandboxed)" >&2
+         "(for bubblewrap or passt, or set SVC_LOCAL_SANDBOX=off to run local backends" \
+         "unsandboxed)" >&2
     exit 1
 fi
 echo "ensure-debs: installing Debian's ${missing[*]}" >&2

@@ -36,4 +36,5 @@ def make_driver(settings: RunnerSettings) -> RunnerDriver:
     from runner_assembly.drivers.local import LocalDriver
 
     return LocalDriver(settings.jobs_dir, settings.sessions_dir, settings.local_sandbox,
-                       settings.runner_api_url, settings.runner_heartbeat_s, settings.faults)
+                       settings.runner_api_url, settings.runner_heartbeat_s, settings.faults,
+                       settings.backend_loopback_ports)

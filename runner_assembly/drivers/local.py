@@ -12,7 +12,8 @@ no ``pid`` starts the runner again: if the first one did start (a crash before i
 was written), one of them loses the claim and exits without starting the backend; the
 winner writes its own ``pid``, so the driver follows the runner that runs the backend. The secret
 root is an argument of the runner, not part of ``spec.json``; unless ``SVC_LOCAL_SANDBOX=off``
-the runner starts the backend under bubblewrap (:mod:`runner_assembly.runner.sandbox`).
+the runner starts the backend under bubblewrap (:mod:`runner_assembly.runner.sandbox`), in its
+own network namespace connected by pasta (:mod:`runner_assembly.runner.netns`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ from runner_assembly.drivers.protocol import (
 from runner_assembly.runner.jobfiles import write_atomically, write_private
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.leftovers import remove_secrets
-from runner_assembly.runner.sandbox import BWRAP, SandboxUnavailable, find_bwrap, mode_error
+from runner_assembly.runner.network import Network
+from runner_assembly.runner.sandbox import (
+    BWRAP,
+    SandboxUnavailable,
+    find_bwrap,
+    find_network,
+    mode_error,
+)
 
 RUNNER_IMPORT_ROOTS = tuple(dict.fromkeys(
     str(Path(module.__file__ or "").resolve().parents[1])
@@ -60,15 +68,18 @@ def boot_command(module: str = "local") -> list[str]:
     return isolated_python(RUNNER_IMPORT_ROOTS, module)
 
 
-def runner_args(folder: Path, secret_root: str, bwrap: str | None) -> list[str]:
+def runner_args(folder: Path, secret_root: str, bwrap: str | None,
+                network: Network | None = None) -> list[str]:
     """The runner's arguments."""
     sandbox = ["--bwrap", bwrap] if bwrap else []
-    return [str(folder), "--secret-root", secret_root, *sandbox]
+    return [str(folder), "--secret-root", secret_root, *sandbox,
+            *(network.args() if network else [])]
 
 
-def runner_command(folder: Path, secret_root: str, bwrap: str | None) -> list[str]:
+def runner_command(folder: Path, secret_root: str, bwrap: str | None,
+                   network: Network | None = None) -> list[str]:
     """The command line of a runner started on its own (without the forkserver)."""
-    return boot_command() + runner_args(folder, secret_root, bwrap)
+    return boot_command() + runner_args(folder, secret_root, bwrap, network)
 
 
 def write_job_secret(folder: Path, values: dict[str, str]) -> None:
@@ -91,9 +102,12 @@ class LocalDriver:
 
     def __init__(self, jobs_dir: Path, sessions_dir: Path, sandbox: str = BWRAP,
                  api_url: str | None = None, heartbeat_s: float = 10.0,
-                 faults: frozenset[str] = frozenset()) -> None:
-        """``sandbox``: ``bwrap`` (refused with ``infra-failed`` when bwrap cannot run here)
-        or ``off``; ``api_url``: where runners reach the runner protocol."""
+                 faults: frozenset[str] = frozenset(),
+                 loopback_ports: tuple[int, ...] = ()) -> None:
+        """``sandbox``: ``bwrap`` (refused with ``infra-failed`` when bwrap or pasta cannot
+        run here) or ``off``; ``api_url``: where runners reach the runner protocol;
+        ``loopback_ports``: the host loopback ports backends may reach
+        (``SVC_BACKEND_LOOPBACK_PORTS``)."""
         self.api_url = api_url
         self.faults = faults
         self._runner_faulted: set[str] = set()
@@ -106,9 +120,11 @@ class LocalDriver:
         self.forkserver = Forkserver(boot_command("forkserver"), jobs_dir,
                                      jobs_dir.parent / "runner-forkserver.log")
         self.bwrap: str | None = None
+        self.network: Network | None = None
         if sandbox == BWRAP:
             try:
                 self.bwrap = find_bwrap()
+                self.network = find_network(self.bwrap, loopback_ports)
             except SandboxUnavailable as error:
                 raise DriverError(FailureKind.INFRA_FAILED, str(error)) from None
 
@@ -185,8 +201,8 @@ class LocalDriver:
         env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder),
                "SVC_RUNNER_API_URL": self.api_url,
                "SVC_RUNNER_HEARTBEAT_S": str(self.heartbeat_s)}
-        started = self.forkserver.spawn(folder, runner_args(folder, secret_root, self.bwrap),
-                                        env)
+        started = self.forkserver.spawn(
+            folder, runner_args(folder, secret_root, self.bwrap, self.network), env)
         if started is None:  # no forkserver here: start the runner on its own
             started = self._popen(folder, secret_root, env)
         crash_at(self.faults, "crash-after-spawn")
@@ -202,7 +218,8 @@ class LocalDriver:
         with (folder / "runner.log").open("ab") as log:
             try:
                 process = subprocess.Popen(
-                    runner_command(folder, secret_root, self.bwrap), env=env, cwd=folder,
+                    runner_command(folder, secret_root, self.bwrap, self.network), env=env,
+                    cwd=folder,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, close_fds=True,
                 )

@@ -1,6 +1,7 @@
 """The runner inside a local runner job (a child process of the local driver).
 
     python -m runner_assembly.runner.local <job-dir> --secret-root <dir> [--bwrap <path>]
+        [--pasta <path> [--loopback-ports <p,q>]]
 
 The job's life is :mod:`runner_assembly.runner.lifecycle`'s; what is local is where its files
 live and how the backend is wrapped. Everything lives in the job directory: the job file
@@ -10,7 +11,8 @@ the per-job secret (``job-secret/``), the runner's scratch files (``stdout.log``
 workspaces below it (or below ``SVC_WORKSPACE_ROOT``). The session volume (a directory) is
 linked at ``${BACKEND_HOME}/<rollout_subdir>``. The secret root comes as an argument, never
 in the job file; with ``--bwrap`` the backend runs in the job's sandbox
-(:mod:`runner_assembly.runner.sandbox`).
+(:mod:`runner_assembly.runner.sandbox`), with ``--pasta`` in its own network namespace
+(:mod:`runner_assembly.runner.netns`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ from runner_assembly.runner.jobfiles import write_private
 from runner_assembly.runner.leftovers import layout_of, remove_secrets
 from runner_assembly.runner.lifecycle import MASKER, Lifecycle, connect, read_job
 from runner_assembly.runner.manager_client import ManagerRefused
+from runner_assembly.runner.network import Network
 from runner_assembly.runner.projection import SecretSource
 from runner_assembly.runner.sandbox import job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume
 
 
-def run(life: Lifecycle, secret_root: Path, bwrap: str | None = None) -> ExitBody:
-    """Assemble the job, run its backend (under ``bwrap`` when given); the exit report."""
+def run(life: Lifecycle, secret_root: Path, bwrap: str | None = None,
+        network: Network | None = None) -> ExitBody:
+    """Assemble the job, run its backend (under ``bwrap`` when given, on ``network``); the
+    exit report."""
     job, layout = life.job, life.layout
     if job.volume_dir:
         link_volume(layout, Path(job.volume_dir))
@@ -46,16 +51,19 @@ def run(life: Lifecycle, secret_root: Path, bwrap: str | None = None) -> ExitBod
     launch = life.assemble(assembler)
     if isinstance(launch, ExitBody):
         return launch
-    return life.run_backend(launch.env, partial(_sandboxed, life, bwrap))
+    return life.run_backend(launch.env, partial(_sandboxed, life, bwrap, network))
 
 
-def _sandboxed(life: Lifecycle, bwrap: str | None, command: list[str]) -> tuple[list[str], str]:
-    """The backend command under the job's bubblewrap sandbox (as it is without ``bwrap``)."""
+def _sandboxed(life: Lifecycle, bwrap: str | None, network: Network | None,
+               command: list[str]) -> tuple[list[str], str]:
+    """The backend command under the job's bubblewrap sandbox, on its own network when
+    given one (as it is without ``bwrap``)."""
     if bwrap is None:
         return command, "off"
     job, layout = life.job, life.layout
     volume = Path(job.volume_dir) if job.volume_dir else None
-    return wrap(bwrap, command, job_mounts(job, layout, volume), layout.workspace), "bwrap"
+    return wrap(bwrap, command, job_mounts(job, layout, volume), layout.workspace,
+                network=network, own_user=True), "bwrap"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,7 +71,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--secret-root", type=Path, required=True)
     parser.add_argument("--bwrap", default=None)
+    parser.add_argument("--pasta", default=None)
+    parser.add_argument("--loopback-ports", default="")
     return parser
+
+
+def network_of(args: argparse.Namespace) -> Network | None:
+    """The backend's network from the runner's arguments (None: the runner's own)."""
+    if args.pasta is None:
+        return None
+    ports = tuple(int(port) for port in args.loopback_ports.split(",") if port)
+    return Network(args.pasta, ports)
 
 
 PARSER = _parser()
@@ -90,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         write_private(folder / "pid", str(os.getpid()))  # the driver follows the winner
         crash_at(life.faults, "runner-crash-after-claim")
         try:
-            return _run_claimed(life, args.secret_root, args.bwrap)
+            return _run_claimed(life, args.secret_root, args.bwrap, network_of(args))
         finally:  # again after the exit report, whatever happened before it
             remove_secrets(folder, job)
     except ManagerRefused as refused:  # e.g. the job was ended under us (cancel, lease)
@@ -106,7 +124,8 @@ def _stopped(folder: Path, job: JobFile) -> None:
         os._exit(143)
 
 
-def _run_claimed(life: Lifecycle, secret_root: Path, bwrap: str | None) -> int:
+def _run_claimed(life: Lifecycle, secret_root: Path, bwrap: str | None,
+                 network: Network | None = None) -> int:
     """Run the claimed job with heartbeats and the line shipper; report its exit."""
     beats = life.heartbeats()
 
@@ -116,7 +135,7 @@ def _run_claimed(life: Lifecycle, secret_root: Path, bwrap: str | None) -> int:
 
     shipper = life.shipper(sent)
     try:
-        report = run(life, secret_root, bwrap)
+        report = run(life, secret_root, bwrap, network)
     finally:
         beats.stop()
     # the backend has ended: its secret files go now (names traced), before the exit report

@@ -6,7 +6,11 @@ the project's packages, read-only), its home with the backend home and projected
 its workspaces and its session volume (read-write), volume tool credentials (read-only), a
 private ``/tmp``, ``/dev`` and ``/proc`` (its own pid namespace). Everything else of the
 machine -- the secret store, the data directory, other jobs, the server's processes -- is
-absent. Paths keep their host names, so the plan's environment stays valid unchanged.
+absent. Paths keep their host names, so the plan's environment stays valid unchanged. A
+local backend runs as :data:`BACKEND_UID` in its own user namespace (the runner's user
+outside) and in its own network namespace connected by pasta
+(:mod:`runner_assembly.runner.netns`): the network, but no loopback service of the host. A
+pod's backend keeps the pod's user (non-root) and network (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import runner_assembly
 from runner_assembly.contract.jobfile import JobFile
+from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.layout import Layout
+from runner_assembly.runner.network import Network, NetworkUnavailable, find_pasta
 
 BWRAP = "bwrap"
 OFF = "off"
@@ -41,6 +48,13 @@ ETC_ENTRIES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "pas
 PROJECT_PACKAGES = ("api", "cli", "ledger", "manifests", "projections", "runner_assembly")
 PROBE_TIMEOUT_S = 10
 ENV = "/usr/bin/env"
+BACKEND_UID = 1000
+BACKEND_GID = 1000
+"""Who the backend is inside its user namespace: not root (the runner's user outside)."""
+LAUNCHER_ROOT = str(Path(runner_assembly.__file__).resolve().parents[1])
+"""Where the network launcher's package lives (it imports nothing else)."""
+_NETWORKS: dict[tuple[str, str], bool] = {}
+"""``(bwrap, pasta)`` pairs this process has seen connect a sandbox."""
 
 
 class SandboxUnavailable(Exception):
@@ -78,6 +92,41 @@ def find_bwrap() -> str:
         raise SandboxUnavailable(f"{found} cannot create a sandbox here: {reason} "
                                  "(set SVC_LOCAL_SANDBOX=off to run backends unsandboxed)")
     return found
+
+
+def find_network(bwrap: str, loopback_ports: tuple[int, ...]) -> Network:
+    """The backend's network: pasta, checked once per process by connecting a sandbox;
+    :class:`SandboxUnavailable` naming pasta's package and the setting otherwise."""
+    try:
+        pasta = find_pasta()
+    except NetworkUnavailable as error:
+        raise SandboxUnavailable(str(error)) from None
+    network = Network(pasta, loopback_ports)
+    if _NETWORKS.get((bwrap, pasta)):
+        return network
+    probe = [bwrap, *_system_args(), "--unshare-user", "--unshare-pid", "--proc", "/proc",
+             "--dev", "/dev", "--die-with-parent", "--", "/bin/true"]
+    try:
+        done = subprocess.run(launcher(Network(pasta), probe), capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S * 3, stdin=subprocess.DEVNULL,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SandboxUnavailable(f"{pasta} cannot run: {type(error).__name__}") from None
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if "syslog" not in line]
+        raise SandboxUnavailable(
+            f"{pasta} (Debian's passt) cannot connect a sandbox's network here: "
+            f"{(said or [f'exit {done.returncode}'])[-1]} (set SVC_LOCAL_SANDBOX=off to run "
+            "local backends unsandboxed)")
+    _NETWORKS[bwrap, pasta] = True
+    return network
+
+
+def launcher(network: Network, bwrap_command: Sequence[str]) -> list[str]:
+    """``bwrap_command`` as run in a network namespace of its own connected by pasta:
+    :mod:`runner_assembly.runner.netns`'s launcher in front of it."""
+    return [*isolated_python([LAUNCHER_ROOT], "netns"), *network.args(), "--",
+            *bwrap_command]
 
 
 def python_paths() -> list[Path]:
@@ -142,18 +191,25 @@ def readable_paths(job: JobFile) -> list[Path]:
     return readable
 
 
-def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path) -> list[str]:
-    """``command`` as run under ``bwrap`` with ``mounts``, starting in ``cwd``."""
-    args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL",
-            *_system_args(), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path, *,
+         network: Network | None = None, own_user: bool = False) -> list[str]:
+    """``command`` as run under ``bwrap`` with ``mounts``, starting in ``cwd``; with
+    ``own_user``, as :data:`BACKEND_UID` in a user namespace of its own; with ``network``,
+    in the network namespace the launcher connects with pasta (without, the network
+    namespace is the runner's)."""
+    user = ["--unshare-user", "--uid", str(BACKEND_UID), "--gid", str(BACKEND_GID)]
+    args = [bwrap, "--die-with-parent", "--new-session", *(user if own_user else []),
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--cap-drop", "ALL", *_system_args(), "--tmpfs", "/tmp", "--proc", "/proc",
+            "--dev", "/dev"]
     args += _binds("--ro-bind", mounts.read_only)
     args += _binds("--bind", mounts.read_write)
     args += _binds("--ro-bind", mounts.read_only_over)
     for path in mounts.hidden:
         args += ["--tmpfs", str(path)]
     # bwrap sets PWD; ``env -u`` takes it away again: the environment is exactly the plan's.
-    return [*args, "--chdir", str(cwd), "--", ENV, "-u", "PWD", *command]
+    wrapped = [*args, "--chdir", str(cwd), "--", ENV, "-u", "PWD", *command]
+    return launcher(network, wrapped) if network else wrapped
 
 
 def _within(path: Path, roots: Iterable[Path]) -> bool:
