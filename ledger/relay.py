@@ -31,7 +31,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +51,12 @@ TOKEN_FRAME_MAX = 1024
 worker sends after it is not limited."""
 RECONNECT_S = 1.0
 """How long a worker that lost the host writes through its own writer before trying again."""
+LONE_BELOW = 0.5
+"""A worker whose commands arrive with fewer than this many of its others unanswered (a
+moving average) writes a command that finds none unanswered through its own writer: a lone
+caller would wait for two more hops between processes, and there is no batch to share."""
+BUSY_WEIGHT = 0.2
+"""The weight of the newest command in that moving average."""
 LOST = ("the ledger writer process was lost while committing: the change may or may not be "
         "stored; retry with the same idempotency key")
 
@@ -275,16 +281,27 @@ class _WorkerSide(_Framed):
 
 class RelayedWriter:
     """A worker's writer: commands go to the relay host while it can be reached, else
-    through ``local`` (this process's own writer); dry-runs are always planned here."""
+    through ``local`` (this process's own writer); dry-runs are always planned here.
+
+    With ``lone_local``, a command that arrives alone (none of this worker's others
+    unanswered, and usually so: :data:`LONE_BELOW`) is written through ``local`` too: one
+    caller at a time gains nothing from the host's batches and would pay two hops. The head
+    row orders its commit with the host's like any other process's (DESIGN 3)."""
 
     def __init__(self, local: LedgerWriter, address: RelayAddress,
-                 on_commit: Callable[[list[RecordedEntry]], None] | None = None) -> None:
+                 on_commit: Callable[[list[RecordedEntry]], None] | None = None, *,
+                 lone_local: bool = True) -> None:
         self._local = local
         self._address = address
         self._on_commit = on_commit
+        self._lone_local = lone_local
         self._side: _WorkerSide | None = None
         self._retry_at = 0.0
         self._closed = False
+        self._unanswered = 0
+        """This worker's commands not answered yet (either way)."""
+        self._busy = 0.0
+        """How many were unanswered when a command arrived (a moving average)."""
 
     async def start(self) -> None:
         """Start the local writer and connect to the host."""
@@ -301,20 +318,36 @@ class RelayedWriter:
         await self._local.close()
 
     async def execute(self, command: Command, actor: str) -> Outcome:
-        """:meth:`LedgerWriter.execute`, on the host's writer when it can be reached."""
-        answer = await self._forward(actor, [command], grouped=False)
-        if answer is None:
-            return await self._local.execute(command, actor)
-        result: Outcome = await answer
-        return result
+        """:meth:`LedgerWriter.execute`, on the host's writer when it can be reached and
+        the command is not alone."""
+        with self._counted() as alone:
+            answer = None if alone else await self._forward(actor, [command], grouped=False)
+            if answer is None:
+                return await self._local.execute(command, actor)
+            result: Outcome = await answer
+            return result
 
     async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
-        """:meth:`LedgerWriter.execute_all`, on the host's writer when it can be reached."""
-        answer = await self._forward(actor, commands, grouped=True)
-        if answer is None:
-            return await self._local.execute_all(commands, actor)
-        results: list[Outcome] = await answer
-        return results
+        """:meth:`LedgerWriter.execute_all`, on the host's writer when it can be reached
+        and the group is not alone."""
+        with self._counted() as alone:
+            answer = None if alone else await self._forward(actor, commands, grouped=True)
+            if answer is None:
+                return await self._local.execute_all(commands, actor)
+            results: list[Outcome] = await answer
+            return results
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[bool]:
+        """Count a command as unanswered while the block runs; yields whether it arrived
+        alone (then it is for the local writer)."""
+        unanswered = self._unanswered
+        self._busy += BUSY_WEIGHT * (unanswered - self._busy)
+        self._unanswered += 1
+        try:
+            yield self._lone_local and unanswered == 0 and self._busy < LONE_BELOW
+        finally:
+            self._unanswered -= 1
 
     async def plan(self, command: Command) -> Outcome:
         """:meth:`LedgerWriter.plan` (reads only: here)."""
