@@ -187,11 +187,12 @@ class _HostSide(_Framed):
             else:
                 self.close()
             return
-        request_id, actor, commands, grouped = pickle.loads(frame)
+        request_id, actor, commands, grouped, atomic = pickle.loads(frame)
         answer: asyncio.Future[Any]
         try:
             if grouped:
-                answer = asyncio.ensure_future(self._writer.execute_all(commands, actor))
+                answer = asyncio.ensure_future(
+                    self._writer.execute_all(commands, actor, atomic=atomic))
                 self._grouped.add(answer)  # a task only the loop refers to may be collected
                 answer.add_done_callback(self._grouped.discard)
             else:
@@ -235,14 +236,14 @@ class _WorkerSide(_Framed):
         super().connection_made(transport)
         self.send_frame(self._token)
 
-    def request(self, actor: str, commands: Sequence[Command], *, grouped: bool
-                ) -> asyncio.Future[Any]:
+    def request(self, actor: str, commands: Sequence[Command], *, grouped: bool,
+                atomic: bool = False) -> asyncio.Future[Any]:
         """Send the commands; the future answers what the host's writer answered. Raises
         (sending nothing) when they cannot be pickled."""
         if self.lost or self.closing():
             raise ConnectionResetError("the ledger relay connection is closed")
         request_id = next(self._numbers)
-        frame = _dumps((request_id, actor, list(commands), grouped))
+        frame = _dumps((request_id, actor, list(commands), grouped, atomic))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         self.send_frame(frame)
@@ -327,13 +328,15 @@ class RelayedWriter:
             result: Outcome = await answer
             return result
 
-    async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
+    async def execute_all(self, commands: Sequence[Command], actor: str, *,
+                          atomic: bool = False) -> list[Outcome]:
         """:meth:`LedgerWriter.execute_all`, on the host's writer when it can be reached
         and the group is not alone."""
         with self._counted() as alone:
-            answer = None if alone else await self._forward(actor, commands, grouped=True)
+            answer = None if alone else await self._forward(actor, commands, grouped=True,
+                                                             atomic=atomic)
             if answer is None:
-                return await self._local.execute_all(commands, actor)
+                return await self._local.execute_all(commands, actor, atomic=atomic)
             results: list[Outcome] = await answer
             return results
 
@@ -353,15 +356,19 @@ class RelayedWriter:
         """:meth:`LedgerWriter.plan` (reads only: here)."""
         return await self._local.plan(command)
 
-    async def _forward(self, actor: str, commands: Sequence[Command], *, grouped: bool
-                       ) -> asyncio.Future[Any] | None:
+    async def plan_all(self, commands: Sequence[Command]) -> list[Outcome]:
+        """:meth:`LedgerWriter.plan_all` (reads only: here)."""
+        return await self._local.plan_all(commands)
+
+    async def _forward(self, actor: str, commands: Sequence[Command], *, grouped: bool,
+                       atomic: bool = False) -> asyncio.Future[Any] | None:
         """The host's answer to come, or None (nothing sent) when the host cannot be reached
         or the commands cannot be pickled: then they are for the local writer."""
         side = await self._reach()
         if side is None:
             return None
         try:
-            return side.request(actor, commands, grouped=grouped)
+            return side.request(actor, commands, grouped=grouped, atomic=atomic)
         except (pickle.PicklingError, TypeError, AttributeError, ConnectionError):
             return None  # nothing was sent
 
