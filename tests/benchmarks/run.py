@@ -152,10 +152,11 @@ class Bench:
         path = "/api/v1/queue/tasks/batch"
         with self.api(url) as base:
             tools.wrk(base + path, clients=4, seconds=1, script="batch.lua",
-                      script_args=(size, "warm"))
+                      script_args=(size, "warm"), timeout_s=30)
             cpu = tools.group_cpu_seconds(self.server_group)
             requests, _ = tools.wrk(base + path, clients=16, seconds=self.seconds,
-                                    script="batch.lua", script_args=(size, "run"))
+                                    script="batch.lua", script_args=(size, "run"),
+                                    timeout_s=30)  # 1,600 tasks in flight
             cpu = tools.group_cpu_seconds(self.server_group) - cpu
         ours = requests * BATCH_SIZE
         self.report("batch_submit_vs_procrastinate_batch", ours / peers["procrastinate"])

@@ -39,10 +39,12 @@ _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
 def wrk(url: str, *, clients: int, seconds: int, script: str | None = None,
-        script_args: tuple[str, ...] = ()) -> tuple[float, float]:
+        script_args: tuple[str, ...] = (), timeout_s: int = 2) -> tuple[float, float]:
     """(requests per second, p99 latency in seconds) of a keep-alive load with ``wrk``;
-    ``script_args`` go to the script's ``init``."""
-    command = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{seconds}s", "--latency"]
+    ``script_args`` go to the script's ``init``; a request slower than ``timeout_s`` is an
+    error."""
+    command = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{seconds}s", "--latency",
+               f"--timeout={timeout_s}s"]
     if script:
         command += ["-s", str(HERE / script)]
     tail = ["--", *script_args] if script_args else []
