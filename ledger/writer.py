@@ -29,6 +29,7 @@ from ledger.database import DbConnection
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.events import LedgerEvent
 from ledger.streams import Command, RecordedEntry, stream_kind_for
+from ledger.task import SubmitTask
 from ledger.together import Statement
 
 
@@ -375,13 +376,23 @@ class LedgerWriter:
     ) -> tuple[list[Result], list[RecordedEntry]]:
         """Commit the batch in one statement: numbered by Postgres when it read nothing,
         else after the head this writer knows, decided again (up to :data:`OPTIMISTIC_TRIES`
-        times, then under the head lock) when another process moved that head first."""
-        if all(getattr(item.command, "creates_stream", False) for item in batch):
-            decided = await self._decide(conn, batch, None)
-            if decided is not None:
-                written = await self._write(conn, decided, None)
-                assert written is not None, "numbered where the head is"
-                return written
+        times, then under the head lock) when another process moved that head first.
+
+        A batch whose commands all create their stream, or probably do (:func:`_may_create`),
+        reads nothing and is numbered by Postgres; when a guessed stream exists after all,
+        the ledger's unique stream version refuses the whole statement (nothing is written)
+        and the batch is decided from stored rows instead."""
+        commands = [command for item in batch for command in item.commands()]
+        if all(map(_may_create, commands)):
+            try:
+                decided = await self._decide(conn, batch, None)
+                if decided is not None:
+                    written = await self._write(conn, decided, None)
+                    assert written is not None, "numbered where the head is"
+                    return written
+            except StreamVersionConflict:
+                if all(getattr(command, "creates_stream", False) for command in commands):
+                    raise  # nothing was guessed: a real conflict
         for _ in range(OPTIMISTIC_TRIES):
             head, self._head = self._head or await store.read_head(conn), None
             decided = await self._decide(conn, batch, head)
@@ -433,8 +444,11 @@ class LedgerWriter:
                       after: store.Head | None) -> _Decided | None:
         """Decide every command from its stream as stored, number the events after
         ``after`` (from 1 without), and plan the projection writes; None when numbered from
-        1 but the projections need stored rows. Nothing is written here."""
-        states = await load_states(conn, [c for item in batch for c in item.commands()])
+        1 but the projections need stored rows. Nothing is written here. Numbered from 1,
+        every stream is taken as new (unread)."""
+        commands = [command for item in batch for command in item.commands()]
+        states = (await load_states(conn, commands) if after is not None
+                  else {command.stream_id: (None, 0) for command in commands})
         pending: list[store.PendingEvent] = []
         outcomes: list[Result] = []
         decided: dict[int, Result] = {}
@@ -466,6 +480,12 @@ class LedgerWriter:
         if statements is None:
             return None
         return _Decided(outcomes, prepared, list(statements))
+
+
+def _may_create(command: Command) -> bool:
+    """Whether ``command`` creates its stream, or probably does: a submit under an
+    idempotency key names a stream that exists only when the key was used before."""
+    return bool(getattr(command, "creates_stream", False)) or isinstance(command, SubmitTask)
 
 
 def _decide_one(command: Command, *, states: dict[str, Any],
