@@ -384,15 +384,18 @@ class LedgerWriter:
         and the batch is decided from stored rows instead."""
         commands = [command for item in batch for command in item.commands()]
         if all(map(_may_create, commands)):
+            guessed = not all(getattr(command, "creates_stream", False) for command in commands)
             try:
                 decided = await self._decide(conn, batch, None)
-                if decided is not None:
+                # a refusal decided on guessed (unread) streams says nothing: read them
+                if decided is not None and not (guessed and any(
+                        isinstance(outcome, Exception) for outcome in decided.outcomes)):
                     written = await self._write(conn, decided, None)
                     assert written is not None, "numbered where the head is"
                     return written
             except StreamVersionConflict:
-                if all(getattr(command, "creates_stream", False) for command in commands):
-                    raise  # nothing was guessed: a real conflict
+                if not guessed:
+                    raise  # a real conflict
         for _ in range(OPTIMISTIC_TRIES):
             head, self._head = self._head or await store.read_head(conn), None
             decided = await self._decide(conn, batch, head)
