@@ -46,3 +46,8 @@ RUNNER_HEARTBEAT: JSONObject = {}
 RUNNER_EXIT: JSONObject = {
     "state": "completed", "exitCode": 0, "startedAt": "2026-11-23T10:00:00Z",
     "finishedAt": "2026-11-23T10:00:02Z"}
+SUBMIT_BATCH: JSONObject = {"items": [
+    {"idempotencyKey": "nightly-1", "task": {**SUBMIT, "title": "Say hello"}},
+    {"idempotencyKey": "nightly-2", "task": {**SUBMIT, "title": "Say goodbye",
+                                             "payload": {"prompt": "print goodbye"}}},
+]}

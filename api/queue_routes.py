@@ -9,6 +9,7 @@ from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_201_CREATED
 
 from api import examples, wire
+from api.batch_body import read_batch
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.openapi import also_ok, body, command
@@ -54,6 +55,21 @@ class QueueController(Controller):
         body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
         answer = queue_api.preview_submit if dry_run else queue_api.submit
         return await answer(body, idempotency_key)
+
+    @post("/tasks/batch", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          opt=body(wire.BatchSubmitBody, examples.SUBMIT_BATCH)
+          | also_ok("dry run (the plans), or every item replayed an earlier submit"))
+    async def submit_batch(self, request: HttpRequest, queue_api: QueueDep,
+                           dry_run: DryRunFlag = False
+                           ) -> Response[wire.BatchSubmitResult | wire.DryRun]:
+        """Submit up to 500 tasks in one transaction, each under its own idempotency key
+        (the header's rules per item): all are stored or none. An invalid item, or a key
+        used with another body, refuses the batch and names the item (``details.index``).
+        """
+        tasks = await read_batch(request)
+        if dry_run:
+            return Response(await queue_api.preview_submit_batch(tasks), status_code=200)
+        return await queue_api.submit_batch(tasks)
 
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(

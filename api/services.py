@@ -16,6 +16,7 @@ from prometheus_client import Counter
 
 from api import session_wire as sw
 from api import views, wire
+from api.batch_body import BatchTasks
 from api.observability import Metrics
 from api.read_cache import ReadCache, SharedHead, encoded
 from ledger import intake, session_lines
@@ -120,6 +121,35 @@ class QueueApi:
         # A new task is answered from what its transaction committed, not read back.
         return encoded(views.task_detail(row, command.contract, self.settings.timeout_budgets),
                        HTTP_201_CREATED)
+
+    async def submit_batch(self, tasks: BatchTasks) -> Response[Any]:
+        """Store validated tasks, each under its own key, all or none in one transaction:
+        their details in order, 201 when any was created, 200 when every one replayed an
+        earlier submit. A refusal names its item (``details.index``); nothing is stored."""
+        commands = [self._submit_command(body, key) for key, body in tasks]
+        outcomes = await self.queue.writer.execute_all(commands, ACTOR, atomic=True)
+        details: list[wire.TaskDetail] = []
+        for command, outcome in zip(commands, outcomes, strict=True):
+            row = committed_task(command.task_id, outcome.entries)
+            details.append(
+                await self.task_detail(command.task_id) if row is None  # replayed
+                else views.task_detail(row, command.contract, self.settings.timeout_budgets))
+        created = any(outcome.entries for outcome in outcomes)
+        return encoded(wire.BatchSubmitResult(details),
+                       HTTP_201_CREATED if created else HTTP_200_OK)
+
+    async def preview_submit_batch(self, tasks: BatchTasks) -> wire.DryRun:
+        """The dry run of a batch submit: each item's plan, in order (200)."""
+        commands = [self._submit_command(body, key) for key, body in tasks]
+        outcomes = await self.queue.writer.plan_all(commands)
+        plans = []
+        for command, outcome in zip(commands, outcomes, strict=True):
+            replayed = not outcome.events
+            plans.append(dry_run(Preview.of(
+                "submit", command.task_id if replayed else None, outcome,
+                payloadHash=command.payload_hash, queue=command.queue, lane=command.lane,
+                idempotentReplay=replayed)).plan)
+        return wire.DryRun(mutation=False, plan={"command": "submit-batch", "items": plans})
 
     async def cancel(self, task_id: str, reason: str | None) -> wire.TaskDetail:
         """Cancel a task (stopping its running job)."""

@@ -387,3 +387,40 @@ class ErrorEnvelope(msgspec.Struct):
     """Every failure answers with this (DESIGN.md 5)."""
 
     error: ErrorBody
+
+
+MAX_BATCH = 500
+"""The most tasks one batch submit takes (DESIGN 10)."""
+
+
+class BatchItem(Camel, frozen=True):
+    """One task of a batch submit, under its own idempotency key."""
+
+    idempotency_key: Identifier
+    task: SubmitBody
+
+
+class BatchSubmitBody(Camel, frozen=True):
+    """Body of ``POST /api/v1/queue/tasks/batch``: 1 to 500 tasks, stored all or none."""
+
+    items: Annotated[list[BatchItem], Meta(min_length=1, max_length=MAX_BATCH)]
+
+
+class BatchKey(Camel, frozen=True):
+    """An item of a batch as read before its task is checked (the task is decoded on its
+    own, through the submit's gate)."""
+
+    idempotency_key: Identifier
+    task: msgspec.Raw
+
+
+class BatchEnvelope(Camel, frozen=True):
+    """A batch as read before its items are checked one by one (each names its index)."""
+
+    items: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_BATCH)]
+
+
+class BatchSubmitResult(msgspec.Struct, rename="camel"):
+    """Answer of a batch submit: each item's task detail, in the order sent."""
+
+    items: list[TaskDetail]

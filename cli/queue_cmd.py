@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
 
+import msgspec
 from cyclopts import App, Parameter
 
 from api import wire
@@ -51,7 +53,7 @@ def read_json_input(json_stdin: bool, json_file: Path | None) -> bytes | None:
     if json_stdin and json_file is not None:
         render.error("invalid-request", "use either --json-stdin or --json-file, not both")
         return None
-    if json_stdin:
+    if json_stdin or json_file == Path("-"):
         return sys.stdin.buffer.read()
     if json_file is not None:
         try:
@@ -82,10 +84,12 @@ def _task_path(task_id: str, action: str = "") -> str:
 def submit(
     *,
     json_stdin: Annotated[bool, Parameter(help="Read the task JSON from standard input.")] = False,
-    json_file: Annotated[Path | None, Parameter(help="Read the task JSON from a file.")] = None,
+    json_file: Annotated[Path | None, Parameter(
+        help="Read the task JSON from a file (--json-file=- reads standard input).")] = None,
     idempotency_key: Annotated[str | None, Parameter(
         help="Idempotency-Key of the submit (default: a fresh one). Submitting again with "
-             "the same key and body answers the original task.")] = None,
+             "the same key and body answers the original task. Several tasks: item N "
+             "takes KEY-N.")] = None,
     dry_run: DryRun = False, api: ApiOptions | None = None,
     output: render.OutputOptions | None = None,
 ) -> int:
@@ -96,11 +100,19 @@ def submit(
       echo '{"tenantId": "t", "projectId": "p", "queue": "main",
              "title": "Fix", "payload": {"prompt": "…"}}' |
         svc queue submit --json-stdin
+
+    Several tasks at once: a JSON array of them, or JSON lines (one task a line). They are
+    sent in batches of up to 500, each batch stored all or none, and their ids printed one
+    a line in the order given.
     """
     body = read_json_input(json_stdin, json_file)
     if body is None:
         return EXIT_USAGE
     key = idempotency_key or f"cli-{uuid.uuid4().hex}"
+    tasks = several_tasks(body)
+    if tasks is not None:
+        return submit_batches(api or ApiOptions(), tasks, key, dry_run,
+                              output or render.OutputOptions())
     return respond(lambda: submit_once_more_if_unknown(api or ApiOptions(), body, key, dry_run),
                    output or render.OutputOptions(),
                    wire.TaskDetail, render.task_summary)
@@ -118,6 +130,88 @@ def submit_once_more_if_unknown(api: ApiOptions, body: bytes, key: str,
     if response.error_code == "commit-unknown":
         response = send()
     return response
+
+
+def several_tasks(body: bytes) -> list[object] | None:
+    """The tasks of a JSON array, or of JSON lines (two or more lines, each one object);
+    None for anything else, which is one task, sent as it is."""
+    text = body.strip()
+    if text.startswith(b"["):
+        with contextlib.suppress(msgspec.DecodeError):
+            value = msgspec.json.decode(text)
+            return value if isinstance(value, list) else None
+        return None
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2 or _is_json(text):  # one task written over several lines
+        return None
+    with contextlib.suppress(msgspec.DecodeError):
+        values = [msgspec.json.decode(line) for line in lines]
+        return values if all(isinstance(value, dict) for value in values) else None
+    return None
+
+
+def _is_json(text: bytes) -> bool:
+    try:
+        msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def submit_batches(api: ApiOptions, tasks: list[object], key: str, dry_run: bool,
+                   output: render.OutputOptions) -> int:
+    """Submit ``tasks`` in batches of up to :data:`wire.MAX_BATCH` (item N under key
+    ``key-N``), printing each batch's answer: the task ids, one a line, by default. Stops at
+    the first batch refused (the batches before it stay stored)."""
+    if not tasks:
+        render.error("invalid-request", "the input holds no task")
+        return EXIT_REFUSED
+    for start in range(0, len(tasks), wire.MAX_BATCH):
+        items = [{"idempotencyKey": f"{key}-{index}", "task": task}
+                 for index, task in enumerate(tasks[start:start + wire.MAX_BATCH], start)]
+        try:
+            response = _send_batch(api, msgspec.json.encode({"items": items}), dry_run)
+        except ApiUnreachable as error:
+            render.error("infra-failed", str(error))
+            return EXIT_UNREACHABLE
+        if not response.ok:
+            index = _refused_index(response)
+            if index is not None:
+                render.warn(f"refused at task {start + index} of the input (from 0)"
+                            + (f"; the {start} before it are stored" if start else ""))
+            return render.api_error(response)
+        _print_batch(response, output)
+    return 0
+
+
+def _refused_index(response: ApiResponse) -> int | None:
+    """The index a refused batch names (``details.index``), if any."""
+    error = response.data.get("error") if isinstance(response.data, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    index = details.get("index") if isinstance(details, dict) else None
+    return index if isinstance(index, int) else None
+
+
+def _send_batch(api: ApiOptions, body: bytes, dry_run: bool) -> ApiResponse:
+    """POST one batch; when its outcome is unknown, once more (the same keys)."""
+    def send() -> ApiResponse:
+        return call(api, "POST", "/api/v1/queue/tasks/batch",
+                    params={"dryRun": dry_run or None}, body=body)
+
+    response = send()
+    if response.error_code == "commit-unknown":
+        response = send()
+    return response
+
+
+def _print_batch(response: ApiResponse, output: render.OutputOptions) -> None:
+    if output.raw:
+        print(response.text)
+    elif output.full or not isinstance(response.data, dict) or "items" not in response.data:
+        render.full(response.data)  # a dry run's plans too
+    else:
+        for task in response.decoded(wire.BatchSubmitResult).items:
+            render.out(task.task_id)
 
 
 @queue_app.command(name="list")

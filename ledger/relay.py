@@ -31,7 +31,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +51,12 @@ TOKEN_FRAME_MAX = 1024
 worker sends after it is not limited."""
 RECONNECT_S = 1.0
 """How long a worker that lost the host writes through its own writer before trying again."""
+LONE_BELOW = 0.5
+"""A worker whose commands arrive with fewer than this many of its others unanswered (a
+moving average) writes a command that finds none unanswered through its own writer: a lone
+caller would wait for two more hops between processes, and there is no batch to share."""
+BUSY_WEIGHT = 0.2
+"""The weight of the newest command in that moving average."""
 LOST = ("the ledger writer process was lost while committing: the change may or may not be "
         "stored; retry with the same idempotency key")
 
@@ -181,11 +187,12 @@ class _HostSide(_Framed):
             else:
                 self.close()
             return
-        request_id, actor, commands, grouped = pickle.loads(frame)
+        request_id, actor, commands, grouped, atomic = pickle.loads(frame)
         answer: asyncio.Future[Any]
         try:
             if grouped:
-                answer = asyncio.ensure_future(self._writer.execute_all(commands, actor))
+                answer = asyncio.ensure_future(
+                    self._writer.execute_all(commands, actor, atomic=atomic))
                 self._grouped.add(answer)  # a task only the loop refers to may be collected
                 answer.add_done_callback(self._grouped.discard)
             else:
@@ -229,14 +236,14 @@ class _WorkerSide(_Framed):
         super().connection_made(transport)
         self.send_frame(self._token)
 
-    def request(self, actor: str, commands: Sequence[Command], *, grouped: bool
-                ) -> asyncio.Future[Any]:
+    def request(self, actor: str, commands: Sequence[Command], *, grouped: bool,
+                atomic: bool = False) -> asyncio.Future[Any]:
         """Send the commands; the future answers what the host's writer answered. Raises
         (sending nothing) when they cannot be pickled."""
         if self.lost or self.closing():
             raise ConnectionResetError("the ledger relay connection is closed")
         request_id = next(self._numbers)
-        frame = _dumps((request_id, actor, list(commands), grouped))
+        frame = _dumps((request_id, actor, list(commands), grouped, atomic))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         self.send_frame(frame)
@@ -275,16 +282,27 @@ class _WorkerSide(_Framed):
 
 class RelayedWriter:
     """A worker's writer: commands go to the relay host while it can be reached, else
-    through ``local`` (this process's own writer); dry-runs are always planned here."""
+    through ``local`` (this process's own writer); dry-runs are always planned here.
+
+    With ``lone_local``, a command that arrives alone (none of this worker's others
+    unanswered, and usually so: :data:`LONE_BELOW`) is written through ``local`` too: one
+    caller at a time gains nothing from the host's batches and would pay two hops. The head
+    row orders its commit with the host's like any other process's (DESIGN 3)."""
 
     def __init__(self, local: LedgerWriter, address: RelayAddress,
-                 on_commit: Callable[[list[RecordedEntry]], None] | None = None) -> None:
+                 on_commit: Callable[[list[RecordedEntry]], None] | None = None, *,
+                 lone_local: bool = True) -> None:
         self._local = local
         self._address = address
         self._on_commit = on_commit
+        self._lone_local = lone_local
         self._side: _WorkerSide | None = None
         self._retry_at = 0.0
         self._closed = False
+        self._unanswered = 0
+        """This worker's commands not answered yet (either way)."""
+        self._busy = 0.0
+        """How many were unanswered when a command arrived (a moving average)."""
 
     async def start(self) -> None:
         """Start the local writer and connect to the host."""
@@ -301,34 +319,56 @@ class RelayedWriter:
         await self._local.close()
 
     async def execute(self, command: Command, actor: str) -> Outcome:
-        """:meth:`LedgerWriter.execute`, on the host's writer when it can be reached."""
-        answer = await self._forward(actor, [command], grouped=False)
-        if answer is None:
-            return await self._local.execute(command, actor)
-        result: Outcome = await answer
-        return result
+        """:meth:`LedgerWriter.execute`, on the host's writer when it can be reached and
+        the command is not alone."""
+        with self._counted() as alone:
+            answer = None if alone else await self._forward(actor, [command], grouped=False)
+            if answer is None:
+                return await self._local.execute(command, actor)
+            result: Outcome = await answer
+            return result
 
-    async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
-        """:meth:`LedgerWriter.execute_all`, on the host's writer when it can be reached."""
-        answer = await self._forward(actor, commands, grouped=True)
-        if answer is None:
-            return await self._local.execute_all(commands, actor)
-        results: list[Outcome] = await answer
-        return results
+    async def execute_all(self, commands: Sequence[Command], actor: str, *,
+                          atomic: bool = False) -> list[Outcome]:
+        """:meth:`LedgerWriter.execute_all`, on the host's writer when it can be reached
+        and the group is not alone."""
+        with self._counted() as alone:
+            answer = None if alone else await self._forward(actor, commands, grouped=True,
+                                                             atomic=atomic)
+            if answer is None:
+                return await self._local.execute_all(commands, actor, atomic=atomic)
+            results: list[Outcome] = await answer
+            return results
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[bool]:
+        """Count a command as unanswered while the block runs; yields whether it arrived
+        alone (then it is for the local writer)."""
+        unanswered = self._unanswered
+        self._busy += BUSY_WEIGHT * (unanswered - self._busy)
+        self._unanswered += 1
+        try:
+            yield self._lone_local and unanswered == 0 and self._busy < LONE_BELOW
+        finally:
+            self._unanswered -= 1
 
     async def plan(self, command: Command) -> Outcome:
         """:meth:`LedgerWriter.plan` (reads only: here)."""
         return await self._local.plan(command)
 
-    async def _forward(self, actor: str, commands: Sequence[Command], *, grouped: bool
-                       ) -> asyncio.Future[Any] | None:
+    async def plan_all(self, commands: Sequence[Command]) -> list[Outcome]:
+        """:meth:`LedgerWriter.plan_all` (reads only: here)."""
+        return await self._local.plan_all(commands)
+
+    async def _forward(self, actor: str, commands: Sequence[Command], *, grouped: bool,
+                       atomic: bool = False) -> asyncio.Future[Any] | None:
         """The host's answer to come, or None (nothing sent) when the host cannot be reached
         or the commands cannot be pickled: then they are for the local writer."""
         side = await self._reach()
         if side is None:
             return None
         try:
-            return side.request(actor, commands, grouped=grouped)
+            return side.request(actor, commands, grouped=grouped, atomic=atomic)
         except (pickle.PicklingError, TypeError, AttributeError, ConnectionError):
             return None  # nothing was sent
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from ledger.database import DbConnection
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, StreamVersionConflict
 from ledger.events import LedgerEvent
 from ledger.streams import Command, RecordedEntry, stream_kind_for
+from ledger.task import SubmitTask
 from ledger.together import Statement
 
 
@@ -49,8 +51,10 @@ class Writer(Protocol):
     async def start(self) -> None: ...
     async def close(self) -> None: ...
     async def execute(self, command: Command, actor: str) -> Outcome: ...
-    async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]: ...
+    async def execute_all(self, commands: Sequence[Command], actor: str, *,
+                          atomic: bool = False) -> list[Outcome]: ...
     async def plan(self, command: Command) -> Outcome: ...
+    async def plan_all(self, commands: Sequence[Command]) -> list[Outcome]: ...
 
 
 MAX_CONFLICT_RETRIES = 3
@@ -79,14 +83,39 @@ class Outcome:
     entries: list[RecordedEntry] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Together:
+    """Commands committed all or none, in order (``execute_all(..., atomic=True)``)."""
+
+    commands: tuple[Command, ...]
+
+    @property
+    def creates_stream(self) -> bool:
+        """Whether every command creates its stream (the batch may be numbered by
+        Postgres)."""
+        return all(getattr(command, "creates_stream", False) for command in self.commands)
+
+
+Result = Outcome | list[Outcome] | Exception
+"""What one queued item got: its outcome, the outcomes of a :class:`_Together`, or why not."""
+
+
 @dataclass
 class _Item:
-    command: Command
+    command: Command | _Together
     actor: str
-    future: asyncio.Future[Outcome]
+    future: asyncio.Future[Any]
     pending_indexes: list[int] = field(default_factory=list)
+    """The batch's pending events this item appends (per command of a :class:`_Together`:
+    ``pending_groups``)."""
+    pending_groups: list[list[int]] = field(default_factory=list)
     after: _Item | None = None
     """The command before this one in an :meth:`LedgerWriter.execute_all` group."""
+
+    def commands(self) -> tuple[Command, ...]:
+        """The commands this item carries."""
+        command = self.command
+        return command.commands if isinstance(command, _Together) else (command,)
 
 
 @dataclass
@@ -94,7 +123,7 @@ class _Decided:
     """A batch decided: each command's outcome, its entries ready to append, and the
     projection writes that go with them."""
 
-    outcomes: list[Outcome | Exception]
+    outcomes: list[Result]
     prepared: store.Prepared
     statements: list[Statement]
 
@@ -189,14 +218,22 @@ class LedgerWriter:
         self._queue.put_nowait(_Item(command, actor, future))
         return future
 
-    async def execute_all(self, commands: Sequence[Command], actor: str) -> list[Outcome]:
+    async def execute_all(self, commands: Sequence[Command], actor: str, *,
+                          atomic: bool = False) -> list[Outcome]:
         """Execute ``commands`` in order as if one after another, but in one transaction
         when the batch allows (one head lock, one WAL flush). The first refusal or failure
         is raised and the commands after it are not run; those before it stay committed,
-        exactly as with consecutive :meth:`execute` calls."""
+        exactly as with consecutive :meth:`execute` calls.
+
+        ``atomic``: all of them or none, in one transaction; a refusal is raised with
+        ``details["index"]``, the command's place in ``commands``, and nothing is stored."""
         if self._task is None:
             raise LedgerUnavailable("the ledger writer is not running")
         loop = self._task.get_loop()
+        if atomic:
+            together: asyncio.Future[list[Outcome]] = loop.create_future()
+            self._queue.put_nowait(_Item(_Together(tuple(commands)), actor, together))
+            return await together
         items: list[_Item] = []
         for command in commands:  # queued without yielding: the next batch takes them all
             items.append(_Item(command, actor, loop.create_future(),
@@ -221,6 +258,19 @@ class LedgerWriter:
             state = kind.evolve(state, event)
         return Outcome(command.stream_id, events, state, before=before)
 
+    async def plan_all(self, commands: Sequence[Command]) -> list[Outcome]:
+        """Decide ``commands`` in order without appending, each seeing the ones before it:
+        the dry-run of ``execute_all(commands, atomic=True)``, refusing as it does."""
+        async with self._pool.acquire() as conn:
+            states = await load_states(conn, commands)
+        pending: list[store.PendingEvent] = []
+        decide = functools.partial(_decide_one, states=states, pending=pending, actor="",
+                                   now=self._clock())
+        result, _ = _decide_together(commands, decide, states, pending)
+        if isinstance(result, DomainError):
+            raise result
+        return result
+
     async def _run(self) -> None:
         """Take what is queued as a batch and commit it. Batches of fresh tasks, which
         Postgres numbers where the head is, overlap (up to :data:`PIPELINED`): the next one
@@ -233,14 +283,16 @@ class LedgerWriter:
         try:
             while True:
                 batch = [await self._queue.get()]
+                size = len(batch[0].commands())
                 if in_flight:  # gather while the batch ahead commits, not a batch of one
                     gathered = self._last_start + GATHER_SHARE * self._commit_s
                     wait = gathered - asyncio.get_running_loop().time()
                     if wait > 0:
                         await asyncio.wait(in_flight, timeout=wait,
                                            return_when=asyncio.FIRST_COMPLETED)
-                while len(batch) < self._max_batch and not self._queue.empty():
+                while size < self._max_batch and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
+                    size += len(batch[-1].commands())
                 overlaps = all(item.after is None
                                and getattr(item.command, "creates_stream", False)
                                for item in batch)
@@ -300,7 +352,7 @@ class LedgerWriter:
         for item in batch:
             _fail(item, StreamVersionConflict())
 
-    async def _try_batch(self, batch: list[_Item]) -> list[Outcome | Exception]:
+    async def _try_batch(self, batch: list[_Item]) -> list[Result]:
         conn = await self._pool.acquire()
         try:
             outcomes, recorded = await self._commit_on(conn, batch)
@@ -311,24 +363,39 @@ class LedgerWriter:
                 await self._pool.release(conn)
         if recorded and self._on_commit is not None:
             self._on_commit(recorded)
-        for item, outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, Outcome) and item.pending_indexes:
-                outcome.entries = [recorded[index] for index in item.pending_indexes]
-                outcome.change_seq = outcome.entries[-1].change_seq
+        for item, result in zip(batch, outcomes, strict=True):
+            if isinstance(result, Outcome):
+                _with_entries(result, item.pending_indexes, recorded)
+            elif isinstance(result, list):
+                for outcome, indexes in zip(result, item.pending_groups, strict=True):
+                    _with_entries(outcome, indexes, recorded)
         return outcomes
 
     async def _commit_on(
         self, conn: DbConnection, batch: list[_Item]
-    ) -> tuple[list[Outcome | Exception], list[RecordedEntry]]:
+    ) -> tuple[list[Result], list[RecordedEntry]]:
         """Commit the batch in one statement: numbered by Postgres when it read nothing,
         else after the head this writer knows, decided again (up to :data:`OPTIMISTIC_TRIES`
-        times, then under the head lock) when another process moved that head first."""
-        if all(getattr(item.command, "creates_stream", False) for item in batch):
-            decided = await self._decide(conn, batch, None)
-            if decided is not None:
-                written = await self._write(conn, decided, None)
-                assert written is not None, "numbered where the head is"
-                return written
+        times, then under the head lock) when another process moved that head first.
+
+        A batch whose commands all create their stream, or probably do (:func:`_may_create`),
+        reads nothing and is numbered by Postgres; when a guessed stream exists after all,
+        the ledger's unique stream version refuses the whole statement (nothing is written)
+        and the batch is decided from stored rows instead."""
+        commands = [command for item in batch for command in item.commands()]
+        if all(map(_may_create, commands)):
+            guessed = not all(getattr(command, "creates_stream", False) for command in commands)
+            try:
+                decided = await self._decide(conn, batch, None)
+                # a refusal decided on guessed (unread) streams says nothing: read them
+                if decided is not None and not (guessed and any(
+                        isinstance(outcome, Exception) for outcome in decided.outcomes)):
+                    written = await self._write(conn, decided, None)
+                    assert written is not None, "numbered where the head is"
+                    return written
+            except StreamVersionConflict:
+                if not guessed:
+                    raise  # a real conflict
         for _ in range(OPTIMISTIC_TRIES):
             head, self._head = self._head or await store.read_head(conn), None
             decided = await self._decide(conn, batch, head)
@@ -338,7 +405,7 @@ class LedgerWriter:
         return await self._commit_locked(conn, batch)
 
     async def _write(self, conn: DbConnection, decided: _Decided, after: store.Head | None
-                     ) -> tuple[list[Outcome | Exception], list[RecordedEntry]] | None:
+                     ) -> tuple[list[Result], list[RecordedEntry]] | None:
         """Commit a decided batch (nothing to write when its commands changed nothing);
         None when it was numbered after a head that had moved."""
         if not decided.prepared.recorded:
@@ -358,7 +425,7 @@ class LedgerWriter:
 
     async def _commit_locked(
         self, conn: DbConnection, batch: list[_Item]
-    ) -> tuple[list[Outcome | Exception], list[RecordedEntry]]:
+    ) -> tuple[list[Result], list[RecordedEntry]]:
         """Decide and commit the batch in a transaction holding the head row from before
         its first read; a connection lost during COMMIT is :class:`CommitUnknown`."""
         async with _holding_errors(conn.transaction()) as transaction:
@@ -380,35 +447,31 @@ class LedgerWriter:
                       after: store.Head | None) -> _Decided | None:
         """Decide every command from its stream as stored, number the events after
         ``after`` (from 1 without), and plan the projection writes; None when numbered from
-        1 but the projections need stored rows. Nothing is written here."""
-        states = await load_states(conn, [item.command for item in batch])
+        1 but the projections need stored rows. Nothing is written here. Numbered from 1,
+        every stream is taken as new (unread)."""
+        commands = [command for item in batch for command in item.commands()]
+        states = (await load_states(conn, commands) if after is not None
+                  else {command.stream_id: (None, 0) for command in commands})
         pending: list[store.PendingEvent] = []
-        outcomes: list[Outcome | Exception] = []
-        decided: dict[int, Outcome | Exception] = {}
+        outcomes: list[Result] = []
+        decided: dict[int, Result] = {}
         now = self._clock()
         for item in batch:
             if _predecessor_failed(item, decided):
                 outcomes.append(decided.setdefault(id(item), _Skipped()))
                 continue
-            command = item.command
-            kind = stream_kind_for(command)
-            state, version = states[command.stream_id]
-            before = state
-            try:
-                events = kind.decide(state, command)
-            except DomainError as refusal:
-                outcomes.append(decided.setdefault(id(item), refusal))
-                continue
-            item.pending_indexes = []
-            for event in events:
-                version += 1
-                state = kind.evolve(state, event)
-                item.pending_indexes.append(len(pending))
-                pending.append(store.PendingEvent(kind.stream_type, command.stream_id,
-                                                  version, event, item.actor, now))
-            states[command.stream_id] = (state, version)
-            outcomes.append(decided.setdefault(
-                id(item), Outcome(command.stream_id, events, state, before=before)))
+            decide = functools.partial(_decide_one, states=states, pending=pending,
+                                       actor=item.actor, now=now)
+            result: Result
+            if isinstance(item.command, _Together):
+                result, item.pending_groups = _decide_together(item.command.commands, decide,
+                                                               states, pending)
+            else:
+                try:
+                    result, item.pending_indexes = decide(item.command)
+                except DomainError as refusal:
+                    result = refusal
+            outcomes.append(decided.setdefault(id(item), result))
         prepared = store.prepare_append(0 if after is None else after.last_seq, pending)
         statements: Sequence[Statement] | None = []
         if prepared.recorded:
@@ -422,7 +485,65 @@ class LedgerWriter:
         return _Decided(outcomes, prepared, list(statements))
 
 
-def _predecessor_failed(item: _Item, decided: dict[int, Outcome | Exception]) -> bool:
+def _may_create(command: Command) -> bool:
+    """Whether ``command`` creates its stream, or probably does: a submit under an
+    idempotency key names a stream that exists only when the key was used before."""
+    return bool(getattr(command, "creates_stream", False)) or isinstance(command, SubmitTask)
+
+
+def _decide_one(command: Command, *, states: dict[str, Any],
+                pending: list[store.PendingEvent], actor: str, now: datetime
+                ) -> tuple[Outcome, list[int]]:
+    """Decide ``command`` on its stream's state in ``states`` (which it then updates),
+    appending its events to ``pending``: its outcome and the indexes of its events there.
+    A refusal is raised and changes nothing."""
+    kind = stream_kind_for(command)
+    state, version = states[command.stream_id]
+    before = state
+    events = kind.decide(state, command)
+    indexes = []
+    for event in events:
+        version += 1
+        state = kind.evolve(state, event)
+        indexes.append(len(pending))
+        pending.append(store.PendingEvent(kind.stream_type, command.stream_id, version, event,
+                                          actor, now))
+    states[command.stream_id] = (state, version)
+    return Outcome(command.stream_id, events, state, before=before), indexes
+
+
+def _decide_together(commands: Sequence[Command],
+                     decide: Callable[[Command], tuple[Outcome, list[int]]],
+                     states: dict[str, Any], pending: list[store.PendingEvent]
+                     ) -> tuple[list[Outcome] | DomainError, list[list[int]]]:
+    """Decide ``commands`` in order, each seeing the ones before it: their outcomes and
+    the indexes of each one's events in ``pending``. On the first refusal undo them all
+    and answer it, with ``details["index"]``."""
+    saved, mark = dict(states), len(pending)
+    outcomes: list[Outcome] = []
+    groups: list[list[int]] = []
+    for index, command in enumerate(commands):
+        try:
+            outcome, indexes = decide(command)
+        except DomainError as refusal:
+            states.clear()
+            states.update(saved)
+            del pending[mark:]
+            refusal.details["index"] = index
+            return refusal, []
+        outcomes.append(outcome)
+        groups.append(indexes)
+    return outcomes, groups
+
+
+def _with_entries(outcome: Outcome, indexes: list[int], recorded: list[RecordedEntry]) -> None:
+    """Give ``outcome`` its committed entries (the batch's ``recorded`` at ``indexes``)."""
+    if indexes:
+        outcome.entries = [recorded[index] for index in indexes]
+        outcome.change_seq = outcome.entries[-1].change_seq
+
+
+def _predecessor_failed(item: _Item, decided: dict[int, Result]) -> bool:
     """Whether the command before ``item`` in its group was refused, skipped or failed
     (decided in this batch, or already answered by an earlier one)."""
     previous = item.after

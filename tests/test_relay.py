@@ -15,6 +15,7 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import asyncpg
 import pytest
@@ -54,18 +55,23 @@ def host(database_url: str) -> Iterator[RelayHost]:
     relay.stop()
 
 
-MakeWorker = Callable[[RelayAddress], Awaitable[Worker]]
+class MakeWorker(Protocol):
+    """Makes a worker's writer in front of a relay address."""
+
+    def __call__(self, address: RelayAddress, *, lone_local: bool = False
+                 ) -> Awaitable[Worker]: ...
 
 
 @pytest.fixture
 async def worker_of(database_url: str) -> AsyncIterator[MakeWorker]:
     made: list[Worker] = []
 
-    async def make(address: RelayAddress) -> Worker:
+    async def make(address: RelayAddress, *, lone_local: bool = False) -> Worker:
         pool = await create_pool(database_url, min_size=1, max_size=1, transactions_only=True)
         counted: list[RecordedEntry] = []
         worker = Worker(RelayedWriter(LedgerWriter(pool, plan_projection), address,
-                                      on_commit=counted.extend), pool, counted=counted)
+                                      on_commit=counted.extend, lone_local=lone_local),
+                        pool, counted=counted)
         async with pool.acquire() as held:
             held.add_query_logger(lambda record: worker.sent.append(record.query))
         await worker.writer.start()
@@ -101,6 +107,26 @@ async def test_a_workers_commands_are_committed_by_the_hosts_writer(
     assert [(row["change_seq"], row["stream_id"]) for row in stored] == [
         (entry.change_seq, entry.stream_id) for entry in entries]
     assert worker.counted == entries  # the worker's own metrics count what the host wrote
+
+
+async def test_a_lone_command_is_written_by_the_worker_and_a_crowd_by_the_host(
+        host: RelayHost, worker_of: MakeWorker, database_url: str) -> None:
+    worker = await worker_of(host.address, lone_local=True)
+    for _ in range(3):  # one caller at a time: no batch to share, no hop to the host
+        worker.sent.clear()
+        lone = await worker.writer.execute(_submit(), "test")
+        assert lone.change_seq is not None and worker.wrote_itself()
+    await asyncio.gather(*(worker.writer.execute(_submit(), "test") for _ in range(20)))
+    worker.sent.clear()  # commands that arrive with others unanswered go to the host
+    crowd = await asyncio.gather(*(worker.writer.execute(_submit(), "test")
+                                   for _ in range(20)))
+    assert not worker.wrote_itself()
+    conn = await asyncpg.connect(database_url)
+    try:
+        stored = {row["stream_id"] for row in await conn.fetch("SELECT stream_id FROM ledger")}
+    finally:
+        await conn.close()
+    assert {outcome.stream_id for outcome in [lone, *crowd]} <= stored
 
 
 async def test_a_refusal_comes_back_as_the_same_error(host: RelayHost, worker_of: MakeWorker,

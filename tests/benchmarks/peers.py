@@ -4,6 +4,10 @@ time with the body svc's submit benchmark sends. Runs in its own process (so nei
 imports nor its event loop share anything with the harness) and prints JSON.
 
     python -m tests.benchmarks.peers procrastinate|pgqueuer URL CLIENTS SECONDS
+    python -m tests.benchmarks.peers procrastinate-batch|pgqueuer-batch URL CLIENTS SECONDS SIZE
+
+The ``-batch`` peers defer SIZE jobs per call through their own batch API (Procrastinate
+``batch_defer_async``, PgQueuer ``enqueue`` of lists); their rate counts jobs.
 """
 
 from __future__ import annotations
@@ -74,6 +78,45 @@ async def pgqueuer_rate(url: str, clients: int, seconds: float) -> float:
                                  seconds)
 
 
+async def procrastinate_batch_rate(url: str, clients: int, seconds: float,
+                                   size: int) -> float:
+    """Procrastinate 3 ``batch_defer_async`` of ``size`` jobs a call: jobs per second."""
+    from procrastinate import App, PsycopgConnector
+
+    app = App(connector=PsycopgConnector(conninfo=url, min_size=clients, max_size=clients))
+
+    @app.task(name="bench", queue="bench")
+    async def bench(task: dict[str, Any]) -> None:
+        """Never run: only deferred."""
+
+    jobs: list[dict[str, Any]] = [{"task": BODY}] * size
+    async with app.open_async():
+        if not await _has_table(url, "procrastinate_jobs"):
+            await app.schema_manager.apply_schema_async()
+        calls = await closed_loop(lambda: bench.batch_defer_async(*jobs),
+                                  clients, seconds)
+        return calls * size
+
+
+async def pgqueuer_batch_rate(url: str, clients: int, seconds: float, size: int) -> float:
+    """PgQueuer ``Queries.enqueue`` of ``size`` jobs a call (its list form): jobs per
+    second."""
+    import asyncpg
+    from pgqueuer.db import AsyncpgPoolDriver
+    from pgqueuer.queries import Queries
+
+    payload = msgspec.json.encode(BODY)
+    payloads: list[bytes | None] = [payload] * size
+    names, priorities = ["bench"] * size, [0] * size
+    async with asyncpg.create_pool(url, min_size=clients, max_size=clients) as pool:
+        queries = Queries(AsyncpgPoolDriver(pool))
+        if not await _has_table(url, "pgqueuer"):
+            await queries.install()
+        calls = await closed_loop(lambda: queries.enqueue(names, payloads, priorities),
+                                  clients, seconds)
+        return calls * size
+
+
 async def _has_table(url: str, name: str) -> bool:
     import asyncpg
 
@@ -85,12 +128,18 @@ async def _has_table(url: str, name: str) -> bool:
 
 
 PEERS = {"procrastinate": procrastinate_rate, "pgqueuer": pgqueuer_rate}
+BATCH_PEERS = {"procrastinate-batch": procrastinate_batch_rate,
+               "pgqueuer-batch": pgqueuer_batch_rate}
 
 
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)  # not Procrastinate's "App in __main__" note
     peer, url, clients, seconds = sys.argv[1:5]
-    rate = asyncio.run(PEERS[peer](url, int(clients), float(seconds)))
+    if peer in BATCH_PEERS:
+        rate = asyncio.run(BATCH_PEERS[peer](url, int(clients), float(seconds),
+                                             int(sys.argv[5])))
+    else:
+        rate = asyncio.run(PEERS[peer](url, int(clients), float(seconds)))
     print(msgspec.json.encode({"peer": peer, "clients": int(clients), "per_s": rate}).decode())
 
 

@@ -140,6 +140,33 @@ class Bench:
         self.report("poll_tasks_checked", checked)
         self.report("poll_missed", missed)
 
+    def batch_figures(self) -> None:
+        """Batch submit (``POST /queue/tasks/batch``, :data:`BATCH_SIZE` tasks a request,
+        each under its own key, 16 connections) against the peers' own batch APIs with
+        batches of the same size (in-process, 16 coroutines): tasks per second."""
+        size = str(BATCH_SIZE)
+        peers = {peer: tools.peer_rate(self.database(f"bench_{peer}_batch"), f"{peer}-batch",
+                                       16, self.seconds, size)
+                 for peer in ("procrastinate", "pgqueuer")}
+        url = self.database("bench_batch")
+        path = "/api/v1/queue/tasks/batch"
+        with self.api(url) as base:
+            tools.wrk(base + path, clients=4, seconds=1, script="batch.lua",
+                      script_args=(size, "warm"), timeout_s=30)
+            cpu = tools.group_cpu_seconds(self.server_group)
+            requests, _ = tools.wrk(base + path, clients=16, seconds=self.seconds,
+                                    script="batch.lua", script_args=(size, "run"),
+                                    timeout_s=30)  # 1,600 tasks in flight
+            cpu = tools.group_cpu_seconds(self.server_group) - cpu
+        ours = requests * BATCH_SIZE
+        self.report("batch_submit_vs_procrastinate_batch", ours / peers["procrastinate"])
+        self.report("batch_submit_vs_pgqueuer_batch", ours / peers["pgqueuer"])
+        self.report("http_batch_submit_tasks_per_s_16", ours)
+        self.report("procrastinate_batch_defer_per_s_16", peers["procrastinate"])
+        self.report("pgqueuer_batch_enqueue_per_s_16", peers["pgqueuer"])
+        self.report("http_batch_submit_server_cpu_ms_per_task",
+                    cpu * 1000 / (ours * self.seconds))
+
     def list_figures(self) -> None:
         """A 50-row page over HTTP against pgbench's 50-row SELECT from a table of the task
         summary's width (a copy of it), the other reads' rates, and ``svc queue list``."""
@@ -412,7 +439,9 @@ async def _analyze(url: str) -> None:
         await conn.close()
 
 
-PARTS = ["submit", "list", "workers", "dispatch", "read", "replay", "mask", "health"]
+BATCH_SIZE = 100
+"""Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
+PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health"]
 """Every part of a run, in order (the ratios of issue 16 first)."""
 
 
@@ -423,7 +452,7 @@ def main() -> int:
                         help="run only this part (repeatable)")
     args = parser.parse_args()
     parts = args.only or PARTS
-    if {"submit", "list", "workers", "read"} & set(parts) and shutil.which("wrk") is None:
+    if {"submit", "batch", "list", "workers", "read"} & set(parts) and shutil.which("wrk") is None:
         print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
         return 1
     bench = Bench(args.quick)

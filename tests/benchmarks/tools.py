@@ -38,12 +38,17 @@ def pgbench(url: str, script: str, clients: int, seconds: int) -> float:
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
-def wrk(url: str, *, clients: int, seconds: int, script: str | None = None) -> tuple[float, float]:
-    """(requests per second, p99 latency in seconds) of a keep-alive load with ``wrk``."""
-    command = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{seconds}s", "--latency"]
+def wrk(url: str, *, clients: int, seconds: int, script: str | None = None,
+        script_args: tuple[str, ...] = (), timeout_s: int = 2) -> tuple[float, float]:
+    """(requests per second, p99 latency in seconds) of a keep-alive load with ``wrk``;
+    ``script_args`` go to the script's ``init``; a request slower than ``timeout_s`` is an
+    error."""
+    command = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{seconds}s", "--latency",
+               f"--timeout={timeout_s}s"]
     if script:
         command += ["-s", str(HERE / script)]
-    result = subprocess.run([*command, url], capture_output=True, text=True, check=True)
+    tail = ["--", *script_args] if script_args else []
+    result = subprocess.run([*command, url, *tail], capture_output=True, text=True, check=True)
     out = result.stdout
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw errors:\n{out}")
@@ -53,10 +58,12 @@ def wrk(url: str, *, clients: int, seconds: int, script: str | None = None) -> t
     return rps, float(p99.group(1)) * _UNITS[p99.group(2)]
 
 
-def peer_rate(url: str, peer: str, clients: int, seconds: int) -> float:
-    """Jobs per second a peer queue defers with ``clients`` clients (its own process)."""
+def peer_rate(url: str, peer: str, clients: int, seconds: int, *extra: str) -> float:
+    """Jobs per second a peer queue defers with ``clients`` clients (its own process);
+    ``extra``: more arguments (a batch peer's batch size)."""
     result = subprocess.run(
-        python_module("tests.benchmarks.peers", peer, url, str(clients), str(seconds)),
+        python_module("tests.benchmarks.peers", peer, url, str(clients), str(seconds),
+                      *extra),
         capture_output=True, text=True, timeout=seconds + 120)
     if result.returncode != 0:
         raise RuntimeError(f"{peer} failed:\n{result.stderr[-3000:]}")
