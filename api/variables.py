@@ -96,6 +96,13 @@ def hosts(name: str, value: str) -> tuple[str, ...]:
     return entries
 
 
+def backend_kind(name: str, value: str) -> str | None:
+    """A backend kind (``command``, ``reference`` or ``codex``), or None when unset."""
+    if value and value not in ("command", "reference", "codex"):
+        raise ValueError(f"{name} is command, reference or codex, not {value!r}")
+    return value or None
+
+
 def command(_name: str, value: str) -> tuple[str, ...] | None:
     """A shell-style command line, or None when unset."""
     return tuple(shlex.split(value)) if value else None
@@ -149,6 +156,15 @@ WITH_VOLUME = "set with a session volume"
 _BACKEND_COMMANDS = tuple(
     _server(f"SVC_BACKEND_COMMAND_PROFILE_{n}", "", command,
             f"backend command line of profile-{n} (shell-style)", shown="the reference backend")
+    for n in range(1, 5))
+
+_BACKEND_KINDS = tuple(
+    _server(f"SVC_BACKEND_KIND_PROFILE_{n}", "", backend_kind,
+            f"backend kind of profile-{n}: `command` (the argv of "
+            f"`SVC_BACKEND_COMMAND_PROFILE_{n}`), `reference` (the project's stand-in) or "
+            f"`codex` (OpenAI's Codex CLI: that variable names the program alone, else `codex` "
+            f"on `PATH`); docs/backends.md",
+            shown=f"`command` when `SVC_BACKEND_COMMAND_PROFILE_{n}` is set, else `reference`")
     for n in range(1, 5))
 
 VARIABLES: tuple[Variable, ...] = (
@@ -267,6 +283,7 @@ VARIABLES: tuple[Variable, ...] = (
             "`crash-after-spawn`, `crash-after-create`)"),
     _server("SVC_FAULT_SEED", "0", whole,
             "test-only: the seed of `create-timeout@P`'s random draws"),
+    *_BACKEND_KINDS,
     _set_for("runner", "SVC_JOB_SPEC", "where a pod's runner reads its job's spec (mounted "
              "from the job's Secret)", "/var/run/svc/job/job-spec.json"),
     _set_for("runner", "SVC_TERMINATION_LOG",

@@ -4,6 +4,7 @@
 #   bwrap  Debian's bubblewrap: the local driver runs every backend under it (skipped when
 #          SVC_LOCAL_SANDBOX=off: backends then run unsandboxed, as the banner and health say)
 #   pg15   Debian's postgresql-15: the second test pass (scripts/with-pg15.sh)
+#   node   Debian's nodejs and npm: `make codex` installs the Codex CLI the tests run
 set -euo pipefail
 
 missing=()
@@ -12,6 +13,8 @@ for tool in "$@"; do
         bwrap) [ "${SVC_LOCAL_SANDBOX:-bwrap}" = off ] || command -v bwrap >/dev/null 2>&1 \
                    || missing+=(bubblewrap) ;;
         pg15)  [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15) ;;
+        node)  { command -v node && command -v npm; } >/dev/null 2>&1 \
+                   || missing+=(nodejs npm) ;;
         *)     echo "ensure-debs: unknown tool $tool" >&2; exit 2 ;;
     esac
 done
