@@ -128,6 +128,9 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
     assert len(rollouts) == 1, "Codex's rollout lies in the session volume"
     everything = json.dumps([first, second, record, output, trace])
     assert API_KEY_CANARY not in everything
+    logs = [folder / name for folder in job_dirs(codex_settings)
+            for name in ("stdout.log", "stderr.log", "trace.jsonl")]
+    assert all(API_KEY_CANARY not in log.read_text() for log in logs), "nor in the job's logs"
 
 
 async def test_a_bogus_thread_is_refused_and_never_replaced(
