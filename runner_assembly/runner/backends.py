@@ -29,6 +29,9 @@ CODEX_ARGS = ("exec", "--json", "--skip-git-repo-check",
 MAX_REPORT_LINE = 64 * 1024
 """Longer output lines are never reports (and are not parsed)."""
 MAX_THREAD_ID = 128
+FAILURE_KIND = re.compile(r"[a-z0-9-]+")
+"""The form of a reported blocker kind; any other report is an unnamed blocker
+(``infra-failed``)."""
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens",
                 "reasoning_output_tokens")
@@ -124,7 +127,8 @@ def _svc_report(events: Iterable[dict[str, object]]) -> Reported:
         if event.get("svc") == "thread" and thread is None:
             thread = _short(event.get("id"))
         elif event.get("svc") == "blocker" and blocker is None:
-            blocker = _short(event.get("kind"), 64)
+            kind = _short(event.get("kind"), 64)
+            blocker = kind if kind is not None and FAILURE_KIND.fullmatch(kind) else ""
     return Reported(thread_id=thread, blocker=blocker)
 
 
