@@ -5,13 +5,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 CHECKOV := .venv-checkov/bin/checkov
+# The real Codex CLI the `codex` backend kind's tests run (tests/test_codex_backend.py).
+CODEX_VERSION := 0.169.0
+CODEX_STAMP := .tools/codex/.installed-$(CODEX_VERSION)
 
 # Test processes per pass (pytest-xdist workers); `make test TEST_WORKERS=1` runs one.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS)
 
 .PHONY: setup bwrap debs run test test-setup lint test-embedded test-pg15 bench bench-quick \
-	bench-tools clean
+	bench-tools clean codex
 
 $(STAMP): pyproject.toml
 	@echo "svc: creating $(VENV) and installing the dependencies (first time: about a minute)"
@@ -51,12 +54,13 @@ test: test-setup
 
 test-setup:
 	@$(MAKE) --no-print-directory -j3 $(STAMP) $(CHECKOV) debs
+	@$(MAKE) --no-print-directory codex
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test-embedded: $(STAMP) $(CHECKOV) bwrap
+test-embedded: $(STAMP) $(CHECKOV) bwrap $(CODEX_STAMP)
 	$(PYTEST) --durations=25 -m 'not serial'
 	$(BIN)/pytest -q -m serial
 
@@ -79,5 +83,16 @@ bench: bench-tools
 bench-quick: bench-tools
 	$(BIN)/python -m tests.benchmarks.run --quick
 
+# Codex CLI at the pinned version from npm, in the project (Debian's nodejs and npm first when
+# node is missing); installed once per version.
+$(CODEX_STAMP):
+	@bash scripts/ensure-debs.sh node
+	rm -rf .tools/codex
+	npm install --prefix .tools/codex --no-audit --no-fund --no-save \
+		'@openai/codex@$(CODEX_VERSION)'
+	touch $(CODEX_STAMP)
+
+codex: $(CODEX_STAMP)
+
 clean:
-	rm -rf $(VENV) .venv-checkov .svc .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-checkov .tools .svc .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -62,6 +62,10 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     queue_timeout_budgets: dict[str, str]
     faults: frozenset[str]
     fault_seed: int
+    backend_kind_profile_1: str | None
+    backend_kind_profile_2: str | None
+    backend_kind_profile_3: str | None
+    backend_kind_profile_4: str | None
     output_max_bytes: int
     max_sessions_per_tenant: int
     backend_loopback_ports: tuple[int, ...] = ()
@@ -114,14 +118,18 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
         ``ValueError`` (a refused workspace root) when it cannot be used."""
         from runner_assembly.assembly.defaults import load_defaults
         from runner_assembly.assembly.profiles import PROFILES
-        from runner_assembly.settings import REFERENCE_BACKEND, RunnerSettings, workspace_root
+        from runner_assembly.settings import RunnerSettings, backend_of, workspace_root
 
         data = self.data_path() if data_dir is None else data_dir
-        commands = {profile: getattr(self, "backend_command_" + profile.replace("-", "_"))
-                    or REFERENCE_BACKEND for profile in PROFILES}
+        backends = {profile: backend_of(
+            profile, getattr(self, "backend_kind_" + profile.replace("-", "_")),
+            getattr(self, "backend_command_" + profile.replace("-", "_"))) for profile in PROFILES}
+        commands = {profile: command for profile, (_, command) in backends.items()}
+        kinds = {profile: kind for profile, (kind, _) in backends.items()}
         return RunnerSettings(
             data_dir=data, driver=self.runner_driver, namespace=self.secret_namespace,
             default_profile=self.default_backend_profile, backend_commands=commands,
+            backend_kinds=kinds,
             retention=self.runner_retention, retention_capacity=self.runner_capacity,
             timeout_budgets=dict(self.queue_timeout_budgets), faults=self.faults,
             defaults=load_defaults(self.runtime_defaults),

@@ -108,6 +108,13 @@ def ports(name: str, value: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def backend_kind(name: str, value: str) -> str | None:
+    """A backend kind (``command``, ``reference`` or ``codex``), or None when unset."""
+    if value and value not in ("command", "reference", "codex"):
+        raise ValueError(f"{name} is command, reference or codex, not {value!r}")
+    return value or None
+
+
 def command(_name: str, value: str) -> tuple[str, ...] | None:
     """A shell-style command line, or None when unset."""
     return tuple(shlex.split(value)) if value else None
@@ -161,6 +168,15 @@ WITH_VOLUME = "set with a session volume"
 _BACKEND_COMMANDS = tuple(
     _server(f"SVC_BACKEND_COMMAND_PROFILE_{n}", "", command,
             f"backend command line of profile-{n} (shell-style)", shown="the reference backend")
+    for n in range(1, 5))
+
+_BACKEND_KINDS = tuple(
+    _server(f"SVC_BACKEND_KIND_PROFILE_{n}", "", backend_kind,
+            f"backend kind of profile-{n}: `command` (the argv of "
+            f"`SVC_BACKEND_COMMAND_PROFILE_{n}`), `reference` (the project's stand-in) or "
+            f"`codex` (OpenAI's Codex CLI: that variable names the program alone, else `codex` "
+            f"on `PATH`); docs/backends.md",
+            shown=f"`command` when `SVC_BACKEND_COMMAND_PROFILE_{n}` is set, else `reference`")
     for n in range(1, 5))
 
 VARIABLES: tuple[Variable, ...] = (
@@ -285,6 +301,7 @@ VARIABLES: tuple[Variable, ...] = (
             "their own `127.0.0.1:<port>` (e.g. a model server on this machine); every other "
             "loopback service of the host is out of their reach. `svc serve` refuses the API's "
             "and the database's ports (DESIGN 13)"),
+    *_BACKEND_KINDS,
     _set_for("runner", "SVC_JOB_SPEC", "where a pod's runner reads its job's spec (mounted "
              "from the job's Secret)", "/var/run/svc/job/job-spec.json"),
     _set_for("runner", "SVC_TERMINATION_LOG",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,37 @@ REFERENCE_BACKEND = tuple(isolated_python([str(Path(__file__).resolve().parents[
 """The default backend command of every profile: the reference backend, started like the
 runner (isolated, without ``site``) from the directory that holds this package; it needs
 nothing but the standard library."""
+
+
+BACKEND_KINDS = ("command", "reference", "codex")
+"""``SVC_BACKEND_KIND_PROFILE_n`` (docs/backends.md)."""
+
+
+def backend_of(profile: str, kind: str | None,
+               command: tuple[str, ...] | None) -> tuple[str, tuple[str, ...]]:
+    """The kind and command of ``profile``'s backend from its settings (DESIGN 14): unset
+    kind is ``command`` with a command, else ``reference``; ``codex``'s command is its
+    program alone (else ``codex`` on ``PATH``), resolved to an absolute path when found.
+    ``ValueError`` names the variable of a combination that cannot run."""
+    number = profile.removeprefix("profile-")
+    kind_name, command_name = (f"SVC_BACKEND_KIND_PROFILE_{number}",
+                               f"SVC_BACKEND_COMMAND_PROFILE_{number}")
+    kind = kind or ("command" if command else "reference")
+    if kind == "reference":
+        if command:
+            raise ValueError(f"{kind_name}=reference runs the reference backend: unset "
+                             f"{command_name} or choose the kind command")
+        return kind, REFERENCE_BACKEND
+    if kind == "command":
+        if not command:
+            raise ValueError(f"{kind_name}=command needs {command_name}")
+        return kind, command
+    program = command or ("codex",)
+    if len(program) != 1:
+        raise ValueError(f"{kind_name}=codex: {command_name} names the program alone (the "
+                         "service supplies its arguments)")
+    found = shutil.which(program[0])
+    return kind, (str(Path(found).absolute()) if found else program[0],)
 
 
 def workspace_root(root: str | None, data_dir: Path) -> str | None:
@@ -39,6 +71,9 @@ class RunnerSettings:
     default_profile: str = "profile-1"
     backend_commands: dict[str, tuple[str, ...]] = field(
         default_factory=lambda: dict.fromkeys(PROFILES, REFERENCE_BACKEND))
+    backend_kinds: dict[str, str] = field(
+        default_factory=lambda: dict.fromkeys(PROFILES, "reference"))
+    """``SVC_BACKEND_KIND_PROFILE_n``: how each profile's command is run (docs/backends.md)."""
     retention: bool = False
     retention_capacity: int = 8
     timeout_budgets: dict[str, str] = field(default_factory=dict)

@@ -6,6 +6,7 @@
 #   pg15   Debian's postgresql-15: the second test pass (scripts/with-pg15.sh)
 #   pasta  Debian's passt: the sandboxed backend's own network namespace (DESIGN 13; skipped
 #          when SVC_LOCAL_SANDBOX=off)
+#   node   Debian's nodejs and npm: `make codex` installs the Codex CLI the tests run
 set -euo pipefail
 
 missing=()
@@ -16,6 +17,8 @@ for tool in "$@"; do
         pg15)  [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15) ;;
         pasta) [ "${SVC_LOCAL_SANDBOX:-bwrap}" = off ] || command -v pasta >/dev/null 2>&1 \
                    || missing+=(passt) ;;
+        node)  { command -v node && command -v npm; } >/dev/null 2>&1 \
+                   || missing+=(nodejs npm) ;;
         *)     echo "ensure-debs: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

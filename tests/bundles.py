@@ -70,6 +70,9 @@ def bundle_ref(repo: Path, **overrides: Any) -> dict[str, Any]:
 BACKEND = '''
 import hashlib, os, shutil, subprocess, sys
 prompt = sys.stdin.read()
+if os.environ.get("SVC_THREAD_ID"):  # confirms the resume (docs/backends.md)
+    open(os.path.join(os.environ["BACKEND_HOME"], ".svc-thread"), "w").write(
+        os.environ["SVC_THREAD_ID"])
 print("PROMPT<<" + prompt + ">>")
 for tool in ("tran", "lint"):
     if shutil.which(tool):

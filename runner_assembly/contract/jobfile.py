@@ -48,6 +48,9 @@ class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     backend_profile: str
     backend_command: list[str]
+    backend_kind: str = "command"
+    """How the backend is run (``command``, ``reference`` or ``codex``: docs/backends.md);
+    a file written before the kinds runs its command as ``command``."""
     prompt: str
     plan: RunnerJobPlan
     prompt_caps: PromptCaps

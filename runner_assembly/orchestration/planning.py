@@ -100,6 +100,7 @@ class JobPlanner:
             attempt_id=plan.ids.attempt_id, session_id=job.session_id,
             backend_profile=job.backend_profile,
             backend_command=list(settings.backend_commands[job.backend_profile]),
+            backend_kind=settings.backend_kinds.get(job.backend_profile, "command"),
             prompt=facts.prompt, plan=plan,
             prompt_caps=PromptCaps(per_prompt=defaults.promptMaxBytes,
                                    total=defaults.promptsMaxTotalBytes),

@@ -29,7 +29,7 @@ from ledger.session import (
     SessionState,
     refuse_new_turn,
 )
-from ledger.states import StorageKind, TurnStatus, turn_status_of
+from ledger.states import JobState, StorageKind, TurnStatus, turn_status_of
 from ledger.streams import SESSION_STREAM, StreamKind
 from ledger.writer import Writer
 from projections import orchestration_queries as oq
@@ -176,9 +176,11 @@ class SessionTurns:
 
     async def finish(self, session_id: str, runner_job_id: str, status: JobStatus) -> None:
         """Record the end of the job's turn (its lines and volume summary came from its
-        runner through the runner protocol)."""
+        runner through the runner protocol); the session's thread changes only with a
+        completed turn that reported one."""
+        thread_id = status.thread_id if status.state == JobState.COMPLETED else None
         await self.writer.execute(FinishTurn(session_id, TurnEnd(
-            runner_job_id, turn_status_of(status.state), status.thread_id,
+            runner_job_id, turn_status_of(status.state), thread_id,
             status.failure_kind, status.failure_message, status.exit_code)), ACTOR)
 
     async def refresh_storage(self, session_id: str, summary: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from runner_assembly.assembly.names import CHANNEL_FILES
 from runner_assembly.contract import jobfile
 from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.contract.messages import ExitBody, ExitState
-from runner_assembly.runner import beneath
+from runner_assembly.runner import backends, beneath
 from runner_assembly.runner.assemble import Assembler, Launch
 from runner_assembly.runner.backend_run import Relayed, run_relayed
 from runner_assembly.runner.crash import crash_at
@@ -43,7 +43,7 @@ from runner_assembly.runner.startup import startup_event
 BLOCKER_FILE = ".svc-blocker"
 """A backend names a SPEC 7 blocker kind in this file (e.g. a missing thread rollout)."""
 THREAD_FILE = ".svc-thread"
-"""A backend that started a new thread writes its threadId here."""
+"""A backend writes the thread it ran (started or resumed) here (docs/backends.md)."""
 MASKER = Masker()
 """Every secret value this job projected; each line leaving the job is masked with it."""
 Wrapper = Callable[[list[str]], tuple[list[str], str]]
@@ -138,25 +138,34 @@ class Lifecycle:
                     ) -> ExitBody:
         """Start the backend (``wrap``-ped) in the workspace with ``env``, relay its output;
         report its thread and the volume summary; its exit report."""
-        command, workspace = self.job.backend_command, self.layout.workspace
+        job, workspace = self.job, self.layout.workspace
+        command = backends.argv(job)
+        refused = backends.resume_refused(job, self.layout.session_dir)
+        if refused is not None:
+            self.trace("backend-resume-refused", threadId=job.thread_id, reason=refused)
+            return failed(FailureKind.SESSION_STORE_EVICTED,
+                          f"{refused}: the thread cannot be resumed (no replacement thread "
+                          "is started)")
         try:
             check_backend_launch(command, workspace)
             wrapped, sandbox = wrap(command)
         except AssemblyFailure as failure:
             return self._spawn_failed(failure)
-        thread = self.job.plan.thread
+        thread = job.plan.thread
         self.trace("backend-start", thread=thread.mode, threadId=thread.thread_id,
-                   sandbox=sandbox)
+                   sandbox=sandbox, backendKind=job.backend_kind)
         begun = now()
         try:
-            relayed = run_relayed(wrapped, workspace, env, self.scratch, MASKER,
-                                  self.job.output_max_bytes, started)
+            relayed = run_relayed(
+                wrapped, workspace, backends.backend_env(job, env, self.layout.backend_home),
+                self.scratch, MASKER, self.job.output_max_bytes, started)
         except OSError as error:
             return self._spawn_failed(spawn_failure(error, command, workspace))
         self._trace_dropped(relayed)
-        report = msgspec.structs.replace(self._outcome(relayed.code), started_at=begun,
-                                         finished_at=relayed.finished)
-        self._report_after(relayed.code, report)
+        reported = self._reported()
+        report = msgspec.structs.replace(self._outcome(relayed.code, reported),
+                                         started_at=begun, finished_at=relayed.finished)
+        self._report_after(relayed.code, report, reported)
         return report
 
     def _trace_dropped(self, relayed: Relayed) -> None:
@@ -186,28 +195,46 @@ class Lifecycle:
             return None
         return content.strip() if content is not None else None
 
-    def _outcome(self, code: int) -> ExitBody:
-        blocker = self.report_file(BLOCKER_FILE, 64)
-        if blocker is not None:
+    def _reported(self) -> backends.Reported:
+        """What the backend reported: on its output (docs/backends.md), else (``command``
+        and ``reference``) in its report files."""
+        on_output = backends.reported(self.job.backend_kind,
+                                      self.scratch / CHANNEL_FILES["output"])
+        if self.job.backend_kind == backends.CODEX:
+            return on_output
+        return backends.Reported(
+            thread_id=on_output.thread_id or self.report_file(THREAD_FILE, 128) or None,
+            blocker=on_output.blocker if on_output.blocker is not None
+            else self.report_file(BLOCKER_FILE, 64))
+
+    def _outcome(self, code: int, reported: backends.Reported) -> ExitBody:
+        """The backend's outcome: a blocker it reported, a resume it did not confirm
+        (``session-store-evicted``: never a replacement thread), else its exit code."""
+        if reported.blocker is not None:
             return ExitBody(state="blocked", exit_code=code,
-                            failure_kind=blocker or FailureKind.INFRA_FAILED,
+                            failure_kind=reported.blocker or FailureKind.INFRA_FAILED,
                             failure_message="the backend reported a blocker")
+        resumed = self.job.thread_id
+        if resumed and reported.thread_id != resumed:
+            seen = f"thread {reported.thread_id}" if reported.thread_id else "no thread"
+            return msgspec.structs.replace(failed(
+                FailureKind.SESSION_STORE_EVICTED,
+                f"the backend did not confirm resuming thread {resumed} (it reported {seen}): "
+                "no replacement thread is recorded"), exit_code=code)
         if code == 0:
             return ExitBody(state="completed", exit_code=0)
         return ExitBody(state="failed", exit_code=code,
                         failure_message=f"backend exited with {code}")
 
-    def _thread(self) -> str | None:
-        """The thread the backend ran: the resumed one, or the one it reports having
-        started."""
-        if self.job.thread_id:
-            return self.job.thread_id
-        return self.report_file(THREAD_FILE, 128) or None
-
-    def _report_after(self, code: int, report: ExitBody) -> None:
-        """Trace the backend's exit; send its thread and the session volume's summary."""
-        thread_id = self._thread()
+    def _report_after(self, code: int, report: ExitBody, reported: backends.Reported) -> None:
+        """Trace the backend's exit and usage; send the thread it confirmed (the resumed one
+        only when it confirmed it) and the session volume's summary."""
+        thread_id = reported.thread_id
+        if self.job.thread_id and thread_id != self.job.thread_id:
+            thread_id = None
         self.trace("backend-exit", exitCode=code, threadId=thread_id, state=report.state)
+        if reported.usage is not None:
+            self.trace("backend-usage", usage=reported.usage)
         if thread_id:
             self.client.thread(thread_id, "resume" if self.job.thread_id else "start")
         volume = self.job.plan.session_volume

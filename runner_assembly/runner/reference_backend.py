@@ -1,11 +1,13 @@
 """The reference backend: a small, honest stand-in for a coding agent, for tests and the
 quick start. Not an agent: it reads the prompt on standard input and writes output.
 
-Threads are real: a turn without ``SVC_THREAD_ID`` starts a new thread, writes its rollout
-``<threadId>.jsonl`` under the rollout directory (``SVC_SESSION_PVC_MOUNT_PATH``, else
+Threads are real, and reported by the contract of docs/backends.md (the ``reference`` kind):
+a turn without ``SVC_THREAD_ID`` starts a new thread, writes its rollout ``<threadId>.jsonl``
+under the rollout directory (``SVC_SESSION_PVC_MOUNT_PATH``, else
 ``${BACKEND_HOME}/${SVC_BACKEND_ROLLOUT_SUBDIR}``) and reports the id in
 ``${BACKEND_HOME}/.svc-thread``. A turn with ``SVC_THREAD_ID`` resumes that thread from its
-rollout; a missing rollout is the ``session-store-evicted`` blocker, never a new thread.
+rollout and confirms it there; a missing rollout is the ``session-store-evicted`` blocker
+(``${BACKEND_HOME}/.svc-blocker``), never a new thread.
 
 Prompt lines it obeys (anything else is echoed):
 
@@ -53,6 +55,7 @@ def open_thread(home: Path, prompt: str) -> str | None:
         turns = len(rollout.read_text().splitlines())
         print(f"thread resumed: {resume} (turn {turns + 1})")
         thread = resume
+        (home / ".svc-thread").write_text(thread)  # confirms the resume (docs/backends.md)
     else:
         thread = f"thr_{os.urandom(8).hex()}"  # what secrets.token_hex does, without its imports
         rollouts.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import runner_assembly
 from runner_assembly.contract.jobfile import JobFile
+from runner_assembly.runner.backends import argv, install_roots
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.network import Network, NetworkUnavailable, find_pasta
@@ -148,16 +149,6 @@ def python_paths() -> list[Path]:
     return kept
 
 
-def command_files(command: Sequence[str]) -> list[Path]:
-    """Files the backend command names by absolute path (its program, its script)."""
-    files = []
-    for argument in command:
-        path = Path(argument)
-        if path.is_absolute() and path.is_file():
-            files.append(path)
-    return files
-
-
 def job_mounts(job: JobFile, layout: Layout, volume_dir: Path | None) -> Mounts:
     """The mounts of one local job: what the backend of ``job`` may see."""
     writable = [layout.home, layout.workspace_root]
@@ -181,9 +172,10 @@ def pod_mounts(job: JobFile, layout: Layout, scratch: Path) -> Mounts:
 
 
 def readable_paths(job: JobFile) -> list[Path]:
-    """What any backend reads: Python, the files its command names, the resource bin."""
+    """What any backend reads: Python, the files its command names (with their install
+    roots: :func:`~runner_assembly.runner.backends.install_roots`), the resource bin."""
     readable = python_paths()
-    readable += [path for path in command_files(job.backend_command)
+    readable += [path for path in install_roots(argv(job))
                  if not _within(path.resolve(), [Path("/usr"), *readable])]
     bin_path = job.resource_bin_path
     if bin_path:

@@ -1,0 +1,171 @@
+"""The ``codex`` backend kind with the real Codex CLI (npm ``@openai/codex`` at the version
+the Makefile pins, installed in ``.tools/codex`` by ``make test-setup``) through the service
+with the local driver, under bubblewrap. The model is the only stand-in: a mock Responses API
+(:mod:`tests.codex_mock`) that the profile secret's ``config.toml`` points Codex at."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.settings import ServiceSettings
+from runner_assembly.assembly.profiles import PROFILE_SECRETS
+from runner_assembly.settings import RunnerSettings
+from tests.codex_mock import MockResponses, config_toml, user_messages
+from tests.conftest import app_client
+from tests.support import task_body
+from tests.test_dispatch import TASKS, dispatch, job_dirs, settle
+from tests.test_sessions import lines
+
+CODEX = Path(__file__).resolve().parents[1] / ".tools/codex/node_modules/.bin/codex"
+"""The npm ``.bin`` link, as an operator names it (the service binds its install root)."""
+API_KEY_CANARY = "sk-codexCanary-7f3a9e1c5b2d4068"
+"""The profile secret's API key: Codex must send it to the model, nobody may print it."""
+TURN_TIMEOUT_S = 180
+"""Node's start, Codex's start and two model round trips, on a busy machine."""
+
+if not CODEX.exists():  # `make test` installs it first: only a bare pytest run skips
+    pytest.skip(f"{CODEX} is missing (`make codex` installs it)", allow_module_level=True)
+
+
+@pytest.fixture
+def model() -> Iterator[MockResponses]:
+    """The mock Responses API, serving for the test."""
+    served = MockResponses().start()
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def codex_settings(tmp_path: Path, model: MockResponses) -> RunnerSettings:
+    """Settings whose profile-1 is the ``codex`` kind naming the npm link, with a profile
+    secret pointing Codex at the mock."""
+    data = tmp_path / "svc-data"
+    secret = data / "secrets" / "svc-v01" / PROFILE_SECRETS["profile-1"].name
+    secret.mkdir(parents=True)
+    (secret / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY_CANARY}))
+    (secret / "config.toml").write_text(config_toml(model.base_url))
+    return ServiceSettings.from_env({
+        "SVC_BACKEND_KIND_PROFILE_1": "codex", "SVC_BACKEND_COMMAND_PROFILE_1": str(CODEX),
+        # the sandboxed backend reaches the host's loopback only where forwarded: the model
+        "SVC_BACKEND_LOOPBACK_PORTS": str(model.server.server_address[1]),
+    }).runner(data)
+
+
+def ref(session_id: str) -> dict[str, Any]:
+    """A sessionRef of a session whose thread the service keeps."""
+    return {"sessionId": session_id, "conversationId": f"conv-{session_id}"}
+
+
+def events(output: list[str]) -> list[dict[str, Any]]:
+    """Codex's JSON events among the output lines."""
+    found = []
+    for line in output:
+        if line.startswith("{"):
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                continue
+    return found
+
+
+def started_threads(output: list[str]) -> list[str]:
+    """The threads Codex announced (``thread.started``)."""
+    return [event["thread_id"] for event in events(output)
+            if event.get("type") == "thread.started"]
+
+
+async def session(client: Any, session_id: str) -> dict[str, Any]:
+    """The session's record."""
+    response = await client.get(f"/api/v1/sessions/{session_id}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def run(client: Any, prompt: str, session_id: str,
+              thread_id: str | None = None) -> dict[str, Any]:
+    """Submit a task of the session (resuming ``thread_id`` when given), dispatch and settle
+    it: the settled task."""
+    payload = {"prompt": prompt, **({"threadId": thread_id} if thread_id else {})}
+    response = await client.post(TASKS, json=task_body(payload=payload,
+                                                       sessionRef=ref(session_id)))
+    assert response.status_code == 201, response.text
+    task_id = response.json()["taskId"]
+    await dispatch(client, task_id)
+    return await settle(client, task_id, timeout=TURN_TIMEOUT_S)
+
+
+async def test_codex_runs_a_shell_command_then_resumes_its_thread(
+    database_url: str, codex_settings: RunnerSettings, model: MockResponses
+) -> None:
+    async with app_client(database_url, codex_settings) as client:
+        first = await run(client, "run: echo made-by-codex > codex-made.txt", "cx1")
+        first_output = await lines(client, "cx1")
+        second = await run(client, "and now a second turn", "cx1")
+        output = await lines(client, "cx1")
+        trace = [json.loads(line) for line in await lines(client, "cx1", "trace")]
+        record = await session(client, "cx1")
+    assert first["state"] == "completed", (first, first_output)
+    made = [path for path in job_dirs(codex_settings)[0].rglob("codex-made.txt")]
+    assert [path.read_text() for path in made] == ["made-by-codex\n"], \
+        "the agent's shell command wrote in the workspace"
+    (thread,) = started_threads(first_output)
+    assert second["state"] == "completed", (second, output)
+    assert started_threads(output) == [thread, thread], "the second turn resumed the thread"
+    assert record["threadId"] == thread and record["turns"] == 2
+    assert [turn["resumed"] for turn in record["recentTurns"]] == [True, False]
+    last = model.responses()[-1]
+    assert any("made-by-codex" in text for text in user_messages(last)), \
+        "the resumed turn sent the earlier messages to the model"
+    assert set(model.authorizations) == {f"Bearer {API_KEY_CANARY}"}, \
+        "Codex read the profile secret's auth.json in CODEX_HOME"
+    assert [event["usage"]["output_tokens"] for event in trace
+            if event["kind"] == "backend-usage"] == [60, 90], "usage of turn.completed"
+    rollouts = list((codex_settings.sessions_dir / "cx1").rglob(f"rollout-*-{thread}.jsonl"))
+    assert len(rollouts) == 1, "Codex's rollout lies in the session volume"
+    everything = json.dumps([first, second, record, output, trace])
+    assert API_KEY_CANARY not in everything
+    logs = [folder / name for folder in job_dirs(codex_settings)
+            for name in ("stdout.log", "stderr.log", "trace.jsonl")]
+    assert all(API_KEY_CANARY not in log.read_text() for log in logs), "nor in the job's logs"
+
+
+async def test_a_bogus_thread_is_refused_and_never_replaced(
+    database_url: str, codex_settings: RunnerSettings, model: MockResponses
+) -> None:
+    unreadable = "01a21f39-c7a8-7920-b993-0000000000aa"
+    async with app_client(database_url, codex_settings) as client:
+        first = await run(client, "hello", "cx2")
+        assert first["state"] == "completed", first
+        thread = (await session(client, "cx2"))["threadId"]
+        volume = codex_settings.sessions_dir / "cx2"
+        # a rollout that Codex cannot read: it is found, Codex starts, fails to resume and
+        # confirms no thread
+        (volume / f"rollout-2026-01-01T00-00-00-{unreadable}.jsonl").write_text("")
+        tried = await run(client, "resume an unreadable thread", "cx2", unreadable)
+        # refused before Codex starts: a name Codex would take for a thread name (it then
+        # starts a new thread), and a thread without rollout
+        named = await run(client, "resume a named thread", "cx2", "thr_bogus")
+        missing = await run(client, "resume a lost thread", "cx2",
+                            "01a21f39-c7a8-7920-b993-0000000000bb")
+        record = await session(client, "cx2")
+        output = await lines(client, "cx2")
+        trace = [json.loads(line) for line in await lines(client, "cx2", "trace")]
+    for task in (tried, named, missing):
+        assert task["state"] == "blocked", task
+        assert task["latestAttempt"]["failureKind"] == "session-store-evicted"
+    assert started_threads(output) == [thread], "no replacement thread"
+    assert record["threadId"] == thread, "a failed resume leaves the session's thread"
+    assert len(model.responses()) == 1, "the model saw only the first turn"
+    refused = [event["reason"] for event in trace if event["kind"] == "backend-resume-refused"]
+    assert refused == ["thr_bogus is not a Codex thread id (a UUID)",
+                       "no rollout of thread 01a21f39-c7a8-7920-b993-0000000000bb in the "
+                       "session volume"]
+    assert [event["kind"] for event in trace].count("backend-start") == 2
+    assert API_KEY_CANARY not in json.dumps([tried, named, missing, record, output, trace])
