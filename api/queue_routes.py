@@ -9,6 +9,7 @@ from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_201_CREATED
 
 from api import examples, wire
+from api.access import role
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.openapi import also_ok, body, command
@@ -41,7 +42,8 @@ class QueueController(Controller):
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
           opt=body(wire.SubmitBody, examples.SUBMIT)
-          | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key"))
+          | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key")
+          | role("submitter"))
     async def submit(self, request: HttpRequest, queue_api: QueueDep,
                      dry_run: DryRunFlag = False,
                      idempotency_key: IdempotencyKey = None
@@ -70,7 +72,7 @@ class QueueController(Controller):
         return await queue_api.show(task_id)
 
     @command("/tasks/{task_id:str}/cancel", wire.CancelBody, examples.CANCEL, WRITE_ERRORS,
-              required=False)
+              required=False, access=role("operator"))
     async def cancel(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -79,7 +81,8 @@ class QueueController(Controller):
         answer = queue_api.preview_cancel if dry_run else queue_api.cancel
         return await answer(task_id, reason)
 
-    @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS)
+    @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS,
+             access=role("submitter"))
     async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""

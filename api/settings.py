@@ -62,6 +62,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     queue_timeout_budgets: dict[str, str]
     faults: frozenset[str]
     fault_seed: int
+    admin_key_sha256: str | None = None
+    """``SVC_ADMIN_KEY_SHA256``: the operator's own admin key, by its sha256."""
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""
