@@ -205,7 +205,7 @@ async def test_runner_tokens_and_api_keys_stay_on_their_own_routes(
                                        else None, headers=bearer(token))
         assert refused.status_code == 401, (method, url, refused.text)
         assert refused.json()["error"]["code"] == "unauthenticated"
-    operator, _ = await new_key(client, "operator")
+    operator, key_id = await new_key(client, "operator")
     claim = await client.post("/api/v1/runner/jobs/job_t/claim", json={"claimant": "r"},
                               headers=bearer(operator))
     assert claim.status_code == 401 and claim.json()["error"]["code"] == "unauthorized"
@@ -216,6 +216,14 @@ async def test_runner_tokens_and_api_keys_stay_on_their_own_routes(
     with anonymous():
         storage = await client.post(f"/api/v1/sessions/{session_id}/storage/refresh", json={})
     assert storage.status_code == 401, "no anonymous storage summaries"
+    before = await snapshot(database_url)
+    for stream_id in (session_id, "run_t", key_id):  # streams of other types, not jobs
+        for path, body in (("claim", {"claimant": "r"}), ("heartbeat", {}),
+                           ("lines", {"channel": "trace", "lines": [], "seq": 1})):
+            refused = await client.post(f"/api/v1/runner/jobs/{stream_id}/{path}", json=body,
+                                        headers=bearer(token))
+            assert refused.status_code == 401, (stream_id, path, refused.text)
+    assert await snapshot(database_url) == before
 
 
 async def test_every_entry_a_request_makes_names_its_principal(
