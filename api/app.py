@@ -14,9 +14,14 @@ import asyncpg
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
 
 from api.allow import allow_middleware
 from api.attempt_routes import AttemptController
+from api.auth import AuthenticationMiddleware, authorize, undeclared_routes
+from api.auth_actor import ActingWriter
+from api.auth_keys import KeyService
+from api.auth_routes import AuthKeyController
 from api.docs_ui import openapi_config
 from api.errors import handle_exception
 from api.health import health, live, metrics, ready
@@ -80,11 +85,13 @@ class Services:
         self._queue: QueueApi | None = None
         self._sessions: SessionApi | None = None
         self._runner: RunnerApi | None = None
+        self._keys: KeyService | None = None
 
     def start(self, pool: asyncpg.Pool, settings: RunnerSettings,
-              services: Orchestration) -> SessionService:
+              services: Orchestration, keys: KeyService) -> SessionService:
         """Build the API services on started pools; the session service, for the loop."""
         self._pool = pool
+        self._keys = keys
         self._queue = QueueApi(pool, settings, services.queue, services.dispatcher,
                                services.refresher, self.metrics)
         self._sessions = SessionApi(pool, settings, services.sessions, services.commands)
@@ -107,6 +114,10 @@ class Services:
         """The runner protocol."""
         return _started(self._runner)
 
+    def key_service(self) -> KeyService:
+        """API keys: authentication, issue, revocation."""
+        return _started(self._keys)
+
     def observed(self) -> Metrics:
         """The app's metrics."""
         return self.metrics
@@ -121,6 +132,7 @@ class Services:
                 "queue_api": Provide(self.queue_api, sync_to_thread=False),
                 "session_api": Provide(self.session_api, sync_to_thread=False),
                 "runner_api": Provide(self.runner_api, sync_to_thread=False),
+                "auth_keys": Provide(self.key_service, sync_to_thread=False),
                 "metrics": Provide(self.observed, sync_to_thread=False),
                 "settings": Provide(self.runner_settings, sync_to_thread=False)}
 
@@ -129,9 +141,9 @@ def create_app(database_url: str, *, pool_size: int = 10,
                settings: RunnerSettings | None = None,
                service: ServiceSettings | None = None) -> Litestar:
     """The API bound to one database; the pool, ledger writer and dispatcher live with it.
-    ``service``: the server's settings (default: all at their defaults); ``settings``: the
-    runner's (default: built from ``service``)."""
-    service = service or ServiceSettings.defaults()
+    ``service``: the server's settings (default: read from the environment, as ``svc serve``
+    reads them); ``settings``: the runner's (default: built from ``service``)."""
+    service = service or ServiceSettings.from_env()
     runner = settings or service.runner()
     statement_cache = not service.pgbouncer
     relay = RelayAddress.decode(service.ledger_relay)
@@ -162,9 +174,11 @@ def create_app(database_url: str, *, pool_size: int = 10,
         own = LedgerWriter(writer_pool, project_and_measure, on_commit=count)
         writer: Writer = own if relay is None else RelayedWriter(own, relay, on_commit=count)
         await writer.start()
+        acting = ActingWriter(writer)  # a request's entries name its principal
         driver = faults.wrap(make_driver(runner), runner.faults, service.fault_seed)
         sessions = services.start(
-            pool, runner, orchestration(pool, fence_pool, writer, driver, runner))
+            pool, runner, orchestration(pool, fence_pool, acting, driver, runner),
+            KeyService(pool, acting, service.admin_key_sha256))
         background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
         try:
             yield
@@ -176,12 +190,14 @@ def create_app(database_url: str, *, pool_size: int = 10,
             for each in (pool, writer_pool, fence_pool):
                 await each.close()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[QueueController, AttemptController, RunnerJobController, RunnerController,
-                        SessionController, RunCommandController,
+                        SessionController, RunCommandController, AuthKeyController,
                         validate_manifest, live, health, ready, metrics],
         dependencies=services.provide(),
-        middleware=[middleware(observed), allow_middleware],
+        middleware=[middleware(observed), allow_middleware,
+                    DefineMiddleware(AuthenticationMiddleware, keys=services.key_service)],
+        guards=[authorize],
         lifespan=[lifespan],
         state=State({"deploy_endpoint": service.deploy_endpoint,
                      "gate_policy": runner.fetch_allow}),
@@ -191,6 +207,10 @@ def create_app(database_url: str, *, pool_size: int = 10,
         logging_config=None,  # JSON logs are configured by `svc serve`
         debug=False,
     )
+    missing = undeclared_routes(app)
+    if missing:
+        raise ValueError(f"routes that declare no role (api.access): {', '.join(missing)}")
+    return app
 
 
 @asynccontextmanager

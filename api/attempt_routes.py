@@ -6,6 +6,7 @@ from litestar import Controller, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import examples, wire
+from api.access import role
 from api.body import read_body
 from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS
 from api.openapi import also_ok, body, command
@@ -19,7 +20,8 @@ class AttemptController(Controller):
     path = "/api/v1/queue/tasks/{task_id:str}"
     tags = ("queue",)
 
-    @command("/dispatch", wire.DispatchBody, examples.DISPATCH, OPENING_ERRORS, required=False)
+    @command("/dispatch", wire.DispatchBody, examples.DISPATCH, OPENING_ERRORS, required=False,
+             access=role("operator"))
     async def dispatch(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
@@ -27,7 +29,7 @@ class AttemptController(Controller):
         answer = queue_api.preview_dispatch if dry_run or body.dry_run else queue_api.dispatch
         return await answer(task_id, body)
 
-    @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS)
+    @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS, opt=role("operator"))
     async def refresh(self, queue_api: QueueDep, task_id: TaskId,
                       dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Write the core run's terminal state back to the task; no-op while it runs."""
@@ -43,7 +45,8 @@ class AttemptController(Controller):
     @post("/attempts/{attempt_id:str}/judge", status_code=HTTP_201_CREATED,
           responses=WRITE_ERRORS,
           opt=body(wire.JudgeBody, examples.JUDGE)
-          | also_ok("dry run, or the original record of the same verdict sent again"))
+          | also_ok("dry run, or the original record of the same verdict sent again")
+          | role("judge"))
     async def judge(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                     attempt_id: AttemptId, dry_run: DryRunFlag = False
                     ) -> Response[wire.JudgeRun | wire.DryRun]:
@@ -52,7 +55,7 @@ class AttemptController(Controller):
         answer = queue_api.preview_judge if dry_run or body.dry_run else queue_api.judge
         return await answer(task_id, attempt_id, body)
 
-    @command("/retry", wire.RetryBody, examples.RETRY, WRITE_ERRORS)
+    @command("/retry", wire.RetryBody, examples.RETRY, WRITE_ERRORS, access=role("operator"))
     async def retry(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                     dry_run: DryRunFlag = False) -> Response[wire.Attempt | wire.DryRun]:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6).

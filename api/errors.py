@@ -22,6 +22,8 @@ STATUS_BY_CODE = {
     "schema-invalid": 400,
     "credential-in-request": 400,
     "unauthorized": 401,
+    "unauthenticated": 401,
+    "forbidden": 403,
     "not-found": 404,
     "method-not-allowed": 405,
     "payload-too-large": 413,
@@ -44,6 +46,8 @@ STATUS_BY_CODE = {
 }
 RETRY_AFTER_S = 2
 """Seconds a 503 asks the caller to wait before it tries again."""
+CHALLENGE = {"www-authenticate": "Bearer"}
+"""Every 401 names the scheme a credential is sent in (RFC 9110 11.6.1)."""
 CODE_BY_STATUS = {400: "invalid-request", 404: "not-found", 405: "method-not-allowed",
                   413: "payload-too-large", 503: "infra-failed"}
 
@@ -75,7 +79,10 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
 _DESCRIPTIONS = {
     400: "invalid-request (malformed JSON, wrong types, unknown fields, bad parameters), "
          "schema-invalid (SPEC 7) or credential-in-request",
-    401: "unauthorized (a runner-protocol call without its job's token)",
+    401: "unauthenticated (no valid API key: send Authorization: Bearer <key>) or "
+         "unauthorized (a runner-protocol call without its job's token); header "
+         "WWW-Authenticate: Bearer",
+    403: "forbidden (the key's roles do not allow this route)",
     404: "not-found", 405: "method-not-allowed (header Allow lists the path's methods)",
     409: "invalid-transition, task-not-retryable, idempotency-conflict or "
          "stream-version-conflict",
@@ -84,6 +91,13 @@ _DESCRIPTIONS = {
          "required-skill-unavailable, session-store-evicted or build-required",
     503: "infra-failed, commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt",
     429: "session-limit-reached (the tenant holds SVC_MAX_SESSIONS_PER_TENANT live sessions)"}
+
+
+def error_description(status: int) -> str:
+    """What an error status of the API means (the OpenAPI response's description)."""
+    return _DESCRIPTIONS[status]
+
+
 READ_ERRORS = error_responses(400, 404, 503)
 WRITE_ERRORS = error_responses(400, 404, 409, 413, 422, 503)
 OPENING_ERRORS = {**WRITE_ERRORS, **error_responses(429)}
@@ -94,7 +108,9 @@ def handle_exception(request: Request[object, object, State],
                      error: Exception) -> Response[bytes]:
     """Translate any exception raised while serving a request into the error envelope."""
     if isinstance(error, DomainError):
-        return envelope(error.code, error.message, error.details)
+        status = STATUS_BY_CODE.get(error.code, 400)
+        return envelope(error.code, error.message, error.details,
+                        headers=CHALLENGE if status == 401 else None)
     if isinstance(error, ValidationException):
         problems = error.extra if isinstance(error.extra, list) else []
         return envelope("invalid-request", "invalid request parameters",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from litestar import Response, get
 
 from api import wire
+from api.access import OPEN
 from api.errors import READ_ERRORS
 from api.params import MetricsDep, PoolDep, QueueDep
 from ledger.errors import LedgerUnavailable
@@ -15,14 +16,14 @@ from projections import queries
 from runner_assembly.assembly.capability import work_ready_summary
 
 
-@get("/api/v1/live", tags=["health"], responses=READ_ERRORS)
+@get("/api/v1/live", tags=["health"], responses=READ_ERRORS, opt=OPEN)
 async def live() -> wire.Live:
     """The process serves requests; the database is not asked (a probe that restarts the
     process must not fail while only the database is down)."""
     return wire.Live(status="live", version=VERSION)
 
 
-@get("/api/v1/health", tags=["health"], responses=READ_ERRORS)
+@get("/api/v1/health", tags=["health"], responses=READ_ERRORS, opt=OPEN)
 async def health(queue_api: QueueDep) -> wire.Health:
     """The service is up and its database answers."""
     # One dependency: Litestar resolves two or more of a handler in a task group per request.
@@ -32,7 +33,7 @@ async def health(queue_api: QueueDep) -> wire.Health:
                        backend_network=queue_api.settings.backend_network)
 
 
-@get("/api/v1/ready", tags=["health"], responses=READ_ERRORS)
+@get("/api/v1/ready", tags=["health"], responses=READ_ERRORS, opt=OPEN)
 async def ready(pool: PoolDep) -> wire.Health:
     """Ready to serve: the database answers and every migration is applied."""
     try:
@@ -48,7 +49,7 @@ async def ready(pool: PoolDep) -> wire.Health:
                        work_ready=work_ready_summary(), migrations="current")
 
 
-@get("/metrics", tags=["health"], include_in_schema=False)
+@get("/metrics", tags=["health"], include_in_schema=False, opt=OPEN)
 async def metrics(metrics: MetricsDep) -> Response[bytes]:
     """Prometheus metrics."""
     return Response(content=metrics.render(),

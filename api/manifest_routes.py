@@ -7,6 +7,7 @@ from litestar import post
 from litestar.status_codes import HTTP_200_OK
 
 from api import examples
+from api.access import role
 from api.body import read_body
 from api.errors import WRITE_ERRORS
 from api.openapi import ANY_JSON, body
@@ -32,7 +33,7 @@ class ManifestReport(msgspec.Struct):
       responses=WRITE_ERRORS, opt=body(
           ANY_JSON, examples.MANIFEST,
           description="Any JSON value; a deployment manifest (SPEC 2.12) is valid when it "
-                      "matches manifests/deployment-manifest.schema.json."))
+                      "matches manifests/deployment-manifest.schema.json.") | role("reader"))
 async def validate_manifest(request: HttpRequest) -> ManifestReport:
     """Validate the manifest in the body; a malformed body is ``invalid-request``."""
     document = await read_body(request, object)

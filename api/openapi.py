@@ -21,6 +21,8 @@ from litestar.params import ParameterKwarg
 from litestar.routes import HTTPRoute
 from litestar.status_codes import HTTP_200_OK
 
+from api.access import is_open, runner_access
+from api.errors import error_description
 from ledger.jsonvalue import JSONObject, JSONValue
 
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -38,6 +40,16 @@ FREE_FORM: dict[str, JSONObject] = {
     JSON_OBJECT: {"description": "A JSON object without NUL characters in its keys and strings.",
                   "type": "object", "propertyNames": {"pattern": NO_NUL},
                   "additionalProperties": {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}},
+}
+SECURITY_SCHEMES: JSONObject = {
+    "apiKey": {"type": "http", "scheme": "bearer",
+               "description": "An API key (svck_…), sent as Authorization: Bearer <key>. The "
+                              "first admin key is written to ${SVC_DATA_DIR}/admin.key; "
+                              "`svc auth key create` (or POST /api/v1/auth/keys) makes "
+                              "others."},
+    "runnerToken": {"type": "http", "scheme": "bearer",
+                    "description": "A runner job's own token (the runner protocol, DESIGN 9): "
+                                   "valid for that job alone, until it ends."},
 }
 BODY_KEY = "svc_body"
 OK_KEY = "svc_ok_200"
@@ -65,10 +77,12 @@ def body(kind: type, example: JSONValue, *, required: bool = True, description: 
 
 
 def command(path: str, kind: type[object], example: JSONValue,
-            responses: dict[int, ResponseSpec], *, required: bool = True) -> post:
-    """``@post`` of a route answering 200 that reads a JSON body of ``kind``."""
+            responses: dict[int, ResponseSpec], *, required: bool = True,
+            access: dict[str, object] | None = None) -> post:
+    """``@post`` of a route answering 200 that reads a JSON body of ``kind``; ``access``:
+    who may call it (``api.access``)."""
     return post(path, status_code=HTTP_200_OK, responses=responses,
-                opt=body(kind, example, required=required))
+                opt=body(kind, example, required=required) | (access or {}))
 
 
 def also_ok(description: str) -> dict[str, object]:
@@ -79,6 +93,7 @@ def also_ok(description: str) -> dict[str, object]:
 def complete(app: Litestar, document: JSONObject) -> JSONObject:
     """A copy of Litestar's ``document`` with every body, extra 200 and exact integer bound."""
     done = copy.deepcopy(document)
+    _member(done, "components")["securitySchemes"] = copy.deepcopy(SECURITY_SCHEMES)
     schemas = _member(_member(done, "components"), "schemas")
     paths = _member(done, "paths")
     for route in app.routes:
@@ -93,6 +108,7 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
                 if isinstance(operation, dict):
                     _complete_operation(operation, handler.opt, schemas)
                     _exact_bounds(operation, handler)
+                    _secure(operation, handler)
     return done
 
 
@@ -152,6 +168,29 @@ def _text_rules(node: JSONValue) -> JSONValue:
     if done.get("type") == "string" and "pattern" not in done and "enum" not in done:
         done["pattern"] = NO_NUL
     return done
+
+
+def _secure(operation: JSONObject, handler: HTTPRouteHandler) -> None:
+    """The credentials an operation takes (``security``) and its 401/403 answers, from what
+    the route declares (``api.access``); an open operation takes none."""
+    if is_open(handler):
+        return
+    runner = runner_access(handler)
+    if runner == "only":
+        operation["security"] = [{"runnerToken": []}]
+        statuses: tuple[int, ...] = (401,)
+    else:
+        schemes: list[JSONValue] = [{"apiKey": []}]
+        operation["security"] = schemes + ([{"runnerToken": []}] if runner else [])
+        statuses = (401, 403)
+    responses = _member(operation, "responses")
+    envelope = next((answer["content"] for code, answer in responses.items()
+                     if code.startswith("4") and isinstance(answer, dict)
+                     and "content" in answer), None)
+    for status in statuses:
+        if str(status) not in responses and envelope is not None:
+            responses[str(status)] = {"description": error_description(status),
+                                      "content": copy.deepcopy(envelope)}
 
 
 BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}

@@ -12,6 +12,7 @@ from litestar.di import NamedDependency
 from litestar.params import PathParameter, QueryParameter
 
 from api import wire
+from api.auth_keys import KeyService
 from api.observability import Metrics
 from api.runner_service import RunnerApi
 from api.services import QueueApi, SessionApi
@@ -50,6 +51,8 @@ SessionStateQuery = Annotated[SessionFilter, QueryParameter(name="state")]
 SessionLimit = Annotated[int, QueryParameter(ge=1, le=500)]
 AfterSeq = Annotated[int, QueryParameter(name="afterSeq", ge=0, le=2**62)]
 LineLimit = Annotated[int, QueryParameter(ge=1, le=1000)]
+KeyId = Annotated[str, PathParameter(min_length=1, max_length=128,
+                                     pattern=wire.IDENTIFIER_PATTERN)]
 
 QueueDep = NamedDependency[QueueApi]
 SessionDep = NamedDependency[SessionApi]
@@ -57,3 +60,4 @@ RunnerDep = NamedDependency[RunnerApi]
 PoolDep = NamedDependency[asyncpg.Pool]
 MetricsDep = NamedDependency[Metrics]
 SettingsDep = NamedDependency[RunnerSettings]
+KeysDep = NamedDependency[KeyService]

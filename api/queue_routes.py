@@ -9,6 +9,7 @@ from litestar.params import HeaderParameter
 from litestar.status_codes import HTTP_201_CREATED
 
 from api import examples, wire
+from api.access import role
 from api.batch_body import read_batch
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
@@ -42,7 +43,8 @@ class QueueController(Controller):
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
           opt=body(wire.SubmitBody, examples.SUBMIT)
-          | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key"))
+          | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key")
+          | role("submitter"))
     async def submit(self, request: HttpRequest, queue_api: QueueDep,
                      dry_run: DryRunFlag = False,
                      idempotency_key: IdempotencyKey = None
@@ -58,7 +60,8 @@ class QueueController(Controller):
 
     @post("/tasks/batch", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
           opt=body(wire.BatchSubmitBody, examples.SUBMIT_BATCH)
-          | also_ok("dry run (the plans), or every item replayed an earlier submit"))
+          | also_ok("dry run (the plans), or every item replayed an earlier submit")
+          | role("submitter"))
     async def submit_batch(self, request: HttpRequest, queue_api: QueueDep,
                            dry_run: DryRunFlag = False
                            ) -> Response[wire.BatchSubmitResult | wire.DryRun]:
@@ -86,7 +89,7 @@ class QueueController(Controller):
         return await queue_api.show(task_id)
 
     @command("/tasks/{task_id:str}/cancel", wire.CancelBody, examples.CANCEL, WRITE_ERRORS,
-              required=False)
+              required=False, access=role("operator"))
     async def cancel(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -95,7 +98,8 @@ class QueueController(Controller):
         answer = queue_api.preview_cancel if dry_run else queue_api.cancel
         return await answer(task_id, reason)
 
-    @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS)
+    @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS,
+             access=role("submitter"))
     async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""

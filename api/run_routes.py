@@ -12,6 +12,7 @@ from __future__ import annotations
 from litestar import Controller, get
 
 from api import examples, wire
+from api.access import role
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.openapi import command
@@ -30,7 +31,8 @@ class RunnerJobController(Controller):
         """The run's runner job: plan (names, keys, paths, hashes), status, assembly event."""
         return await queue_api.runner_job(run_id)
 
-    @command("/", wire.RunnerJobBody, examples.RUNNER_JOB, WRITE_ERRORS, required=False)
+    @command("/", wire.RunnerJobBody, examples.RUNNER_JOB, WRITE_ERRORS, required=False,
+             access=role("operator"))
     async def create(self, request: HttpRequest, queue_api: QueueDep, run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""

@@ -13,6 +13,7 @@ from litestar.openapi import ResponseSpec
 
 from api import examples
 from api import runner_wire as rw
+from api.access import RUNNER_ONLY
 from api.body import decode_runner_body
 from api.errors import error_responses
 from api.openapi import command
@@ -33,6 +34,7 @@ class RunnerController(Controller):
 
     path = "/api/v1/runner/jobs/{runner_job_id:str}"
     tags = ("runner",)
+    opt = RUNNER_ONLY
 
     @command("/claim", rw.ClaimBody, examples.RUNNER_CLAIM, RUNNER_ERRORS)
     async def claim(self, request: HttpRequest, runner_api: RunnerDep,

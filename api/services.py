@@ -16,6 +16,7 @@ from prometheus_client import Counter
 
 from api import session_wire as sw
 from api import views, wire
+from api.auth_principal import acting_as
 from api.batch_body import BatchTasks
 from api.observability import Metrics
 from api.read_cache import ReadCache, SharedHead, encoded
@@ -98,7 +99,7 @@ class QueueApi:
 
     def _submit_command(self, body: wire.SubmitBody,
                         idempotency_key: str | None) -> SubmitTask:
-        return intake.submit_command(msgspec.to_builtins(body), actor=ACTOR,
+        return intake.submit_command(msgspec.to_builtins(body), actor=acting_as(ACTOR),
                                      idempotency_key=idempotency_key,
                                      default_profile=self.settings.default_profile)
 

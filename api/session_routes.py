@@ -16,6 +16,8 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from api import examples, wire
 from api import session_wire as sw
+from api.access import RUNNER_TOO, role
+from api.auth_principal import RUNNER
 from api.body import convert, decode, read_body
 from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS, error_responses
 from api.openapi import also_ok, body, command
@@ -48,7 +50,7 @@ class SessionController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED, responses=OPENING_ERRORS,
           opt=body(sw.SessionCreateBody, examples.SESSION_CREATE, required=False)
-          | also_ok("dry run: the plan, nothing created"))
+          | also_ok("dry run: the plan, nothing created") | role("operator"))
     async def create(self, request: HttpRequest, session_api: SessionDep,
                      dry_run: DryRunFlag = False) -> Response[sw.SessionDetail | wire.DryRun]:
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
@@ -86,7 +88,7 @@ class SessionController(Controller):
         return await session_api.lines(session_id, "trace", after_seq, limit)
 
     @command("/{session_id:str}/read", sw.SessionReadBody, examples.SESSION_READ, WRITE_ERRORS,
-              required=False)
+              required=False, access=role("submitter"))
     async def read(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
@@ -94,7 +96,8 @@ class SessionController(Controller):
         answer = session_api.preview_read if dry_run else session_api.read
         return await answer(session_id, body.reader_id)
 
-    @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS)
+    @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS,
+             access=role("operator"))
     async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
@@ -107,7 +110,7 @@ class SessionController(Controller):
               sw.StorageSummaryBody, examples.STORAGE, required=False, empty_object=True,
               description="The runner's volume summary (SPEC 2.6's snake_case names too); "
                           "empty or {}: take the summary the session's latest runner job "
-                          "sent."))
+                          "sent.") | role("operator") | RUNNER_TOO)
     async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
                               runner_api: RunnerDep,
                               session_id: SessionId) -> sw.SessionDetail:
@@ -115,7 +118,9 @@ class SessionController(Controller):
         accepted too). With a runner token, it must be of a live job of this session."""
         raw = await request.body()
         body = None if is_empty_object(raw) else read_summary(raw)
-        await runner_api.check_session(session_id, request.headers.get("authorization"))
+        by_runner = request.scope.get("user") is RUNNER  # else an operator's API key
+        await runner_api.check_session(
+            session_id, request.headers.get("authorization") if by_runner else None)
         return await session_api.refresh_storage(session_id, body)
 
 
@@ -155,7 +160,8 @@ class RunCommandController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
           opt=body(sw.CommandBody, examples.COMMAND)
-          | also_ok("dry run (the plan), or the command already added under this commandId"))
+          | also_ok("dry run (the plan), or the command already added under this commandId")
+          | role("operator"))
     async def add(self, request: HttpRequest, session_api: SessionDep, run_id: RunId,
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's

@@ -69,6 +69,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     output_max_bytes: int
     max_sessions_per_tenant: int
     backend_loopback_ports: tuple[int, ...] = ()
+    admin_key_sha256: str | None = None
+    """``SVC_ADMIN_KEY_SHA256``: the operator's own admin key, by its sha256."""
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""

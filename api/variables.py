@@ -115,6 +115,15 @@ def backend_kind(name: str, value: str) -> str | None:
     return value or None
 
 
+def sha256_hex(name: str, value: str) -> str | None:
+    """A sha256 as 64 lower-case hex digits, or None when unset."""
+    if not value:
+        return None
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError(f"{name} must be a sha256 in 64 lower-case hex digits")
+    return value
+
+
 def command(_name: str, value: str) -> tuple[str, ...] | None:
     """A shell-style command line, or None when unset."""
     return tuple(shlex.split(value)) if value else None
@@ -203,8 +212,9 @@ VARIABLES: tuple[Variable, ...] = (
             "503. `svc serve` raises its soft fd limit to the hard one"),
     _server("SVC_SHUTDOWN_GRACE_S", "10", positive_whole,
             "on SIGTERM, in-flight requests get this long to finish before they are cut"),
-    _server("SVC_DATA_DIR", ".svc", text,
-            "data directory (the embedded Postgres lives in `pg/`)"),
+    Variable("SVC_DATA_DIR", ".svc", "data directory (the embedded Postgres lives in `pg/`; "
+             "`svc serve` writes the first admin key to `admin.key` there, where the CLI "
+             "reads it)", ("server", "command"), text),
     _server("SVC_DATABASE_URL", "", optional,
             "use this Postgres (15 or newer) instead of the embedded one; the service serves "
             "as this URL's role"),
@@ -329,6 +339,12 @@ VARIABLES: tuple[Variable, ...] = (
             "live sessions (with a volume, not evicted) a tenant may hold; creating one more "
             "(`POST /sessions`, a dispatch naming a new `sessionRef`) is refused with 429 "
             "`session-limit-reached`; `0`: no cap"),
+    _server("SVC_ADMIN_KEY_SHA256", "", sha256_hex,
+            "the sha256 (hex) of an admin API key the operator holds (e.g. from a Kubernetes "
+            "Secret): accepted as principal `admin`; when set, `svc serve` writes no "
+            "`admin.key`"),
+    Variable("SVC_TOKEN", "", "the API key the CLI sends (`--token`); unset: the key in "
+             "`${SVC_DATA_DIR:-.svc}/admin.key` when that file exists", ("command",)),
 )
 """Every ``SVC_*`` variable of the service (tests' own knobs aside)."""
 

@@ -1,9 +1,12 @@
 """The CLI's HTTP client for the API (one request per command over :mod:`cli.http1`: no
-heavy imports on the way to the first request), and the shared ``--api`` option."""
+heavy imports on the way to the first request), and the shared ``--api`` and ``--token``
+options. The credential sent is ``--token``, else ``SVC_TOKEN``, else the key in
+``${SVC_DATA_DIR:-.svc}/admin.key`` when that file exists (DESIGN 12); it is never printed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, TypeVar, cast
 from urllib.parse import urlencode
 
@@ -13,6 +16,8 @@ from cyclopts import Parameter
 from cli import http1
 
 DEFAULT_API = "http://127.0.0.1:8080"
+ADMIN_KEY_FILE = "admin.key"
+DEFAULT_DATA_DIR = ".svc"
 TIMEOUT_S = 30.0
 REPLAYED_HEADER = "idempotent-replayed"
 T = TypeVar("T")
@@ -26,6 +31,23 @@ class ApiOptions:
 
     api: Annotated[str, Parameter(env_var="SVC_API_URL",
                                   help="Base URL of the service API.")] = DEFAULT_API
+    token: Annotated[str | None, Parameter(
+        env_var="SVC_TOKEN", show_default=False,
+        help="API key to send (prefer SVC_TOKEN: a command line is visible to other users); "
+             "default: the key in ${SVC_DATA_DIR:-.svc}/admin.key when it exists.")] = None
+    data_dir: Annotated[str, Parameter(env_var="SVC_DATA_DIR", show=False)] = DEFAULT_DATA_DIR
+
+    def credential(self) -> str | None:
+        """The API key to send: ``--token``/``SVC_TOKEN``, else the data directory's
+        ``admin.key``, else none."""
+        if self.token and self.token.strip():
+            return self.token.strip()
+        path = Path(self.data_dir or DEFAULT_DATA_DIR) / ADMIN_KEY_FILE
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return key or None
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,9 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param
     """Send one request to the API; ``params`` with None values are left out."""
     query = urlencode({k: _query_value(v) for k, v in (params or {}).items() if v is not None})
     base = base_url(options.api)
+    credential = options.credential()
     headers = {**({"content-type": "application/json"} if body is not None else {}),
+               **({"authorization": f"Bearer {credential}"} if credential else {}),
                **(headers or {})}
     try:
         answer = http1.request(base, method, path + (f"?{query}" if query else ""),

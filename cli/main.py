@@ -22,6 +22,7 @@ GROUPS = {
     "db": ("cli.admin", "db_app"),
     "ledger": ("cli.admin", "ledger_app"),
     "manifest": ("cli.manifest_cmd", "manifest_app"),
+    "auth": ("cli.auth_cmd", "auth_app"),
 }
 """Each root command: the module and attribute that define it, in help order."""
 

@@ -75,6 +75,12 @@ async def _migrate(url: str) -> list[str]:
         await conn.close()
 
 
+async def _first_admin_key(url: str, data: Path) -> Path | None:
+    from api.auth_bootstrap import ensure_admin_key
+
+    return await ensure_admin_key(url, data)
+
+
 def serve(
     *,
     host: Annotated[str, Parameter(env_var="SVC_HOST", help="Address to listen on.")] = "127.0.0.1",
@@ -126,6 +132,8 @@ def serve(
     try:
         urls = resolve_database_urls(service.database_url, service.migrate_database_url, data)
         applied = asyncio.run(_migrate(urls.owner))
+        admin_key = None if service.admin_key_sha256 else asyncio.run(
+            _first_admin_key(urls.owner, data))
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
         render.error("infra-failed", f"cannot use the database ({type(error).__name__}: "
                      f"{error}); is SVC_DATABASE_URL right and its server up?")
@@ -147,6 +155,9 @@ def serve(
         render.out("backend network: a namespace of its own (pasta): the network, but no "
                    "loopback service of this host (forwarded, SVC_BACKEND_LOOPBACK_PORTS: "
                    f"{forwarded})")
+    if admin_key is not None:
+        render.out(f"wrote the first admin API key to {admin_key} (0600): the CLI sends it "
+                   "from there (or set SVC_TOKEN); `svc auth key create` makes others")
     if server is not None and ensure_demo_secret(data):
         render.out(f"created a placeholder profile-1 secret under {data / 'secrets'} "
                    "(reference backend only)")

@@ -385,7 +385,35 @@ class JobEnded(msgspec.Struct, frozen=True, tag="job-ended", tag_field="type"):
 RunnerJobEvent = (JobTokenIssued | JobClaimed | JobHeartbeat | JobAssemblyReported
                   | JobThreadReported | JobExited | JobEnded)
 
-LedgerEvent = TaskEvent | RunEvent | SessionEvent | RunnerJobEvent
+class ApiKeyFacts(msgspec.Struct, frozen=True):
+    """An API key as the ledger knows it (DESIGN 12): its sha256 and a display prefix,
+    never the key; the issue command and its event share it."""
+
+    key_id: str
+    key_sha256: str
+    prefix: str
+    tenant: str
+    """The key's tenant, or ``*`` for every tenant (admins)."""
+    roles: list[str]
+    projects: list[str] = msgspec.field(default_factory=list)
+    """The projects the key is limited to (empty: every project of its tenant)."""
+    expires_at: str | None = None
+    """When the key stops being accepted (ISO 8601), or never."""
+
+
+class KeyIssued(ApiKeyFacts, frozen=True, tag="key-issued", tag_field="type"):
+    """An API key was issued (the key itself was shown once, to its creator)."""
+
+
+class KeyRevoked(msgspec.Struct, frozen=True, tag="key-revoked", tag_field="type"):
+    """An API key was revoked: it is refused from now on."""
+
+    reason: str | None = None
+
+
+ApiKeyEvent = KeyIssued | KeyRevoked
+
+LedgerEvent = TaskEvent | RunEvent | SessionEvent | RunnerJobEvent | ApiKeyEvent
 """Any stored event, of any stream."""
 
 TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
@@ -397,7 +425,7 @@ TASK_CHANGING_EVENTS: tuple[type[msgspec.Struct], ...] = (
 EVENT_TYPES: dict[type[msgspec.Struct], str] = {
     kind: kind.__struct_config__.tag
     for kind in (*TaskEvent.__args__, *RunEvent.__args__, *SessionEvent.__args__,
-                 *RunnerJobEvent.__args__)
+                 *RunnerJobEvent.__args__, *ApiKeyEvent.__args__)
 }
 
 event_encoder = msgspec.json.Encoder()
@@ -405,6 +433,7 @@ task_event_decoder = msgspec.json.Decoder(TaskEvent)
 run_event_decoder = msgspec.json.Decoder(RunEvent)
 session_event_decoder = msgspec.json.Decoder(SessionEvent)
 runner_job_event_decoder = msgspec.json.Decoder(RunnerJobEvent)
+api_key_event_decoder = msgspec.json.Decoder(ApiKeyEvent)
 
 
 def event_type_of(event: msgspec.Struct) -> str:

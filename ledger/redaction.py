@@ -71,6 +71,7 @@ _KNOWN_TOKENS_PATTERN = "|".join((
     r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}",  # Stripe secret and restricted keys
     r"npm_[A-Za-z0-9]{36}",  # npm access tokens
     r"pypi-AgE[A-Za-z0-9_-]{50,}",  # PyPI API tokens (a macaroon)
+    r"svck_[A-Za-z0-9_-]{20,}",  # this service's own API keys
     r"eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})",  # JWTs
 ))
 _KNOWN_TOKENS = _compile(_KNOWN_TOKENS_PATTERN)

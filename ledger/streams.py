@@ -10,9 +10,10 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ledger import run, runner_job, session, task
+from ledger import api_key, run, runner_job, session, task
 from ledger.events import (
     LedgerEvent,
+    api_key_event_decoder,
     run_event_decoder,
     runner_job_event_decoder,
     session_event_decoder,
@@ -59,15 +60,18 @@ TASK_STREAM = _kind(task, task_event_decoder.decode)
 RUN_STREAM = _kind(run, run_event_decoder.decode)
 SESSION_STREAM = _kind(session, session_event_decoder.decode)
 RUNNER_JOB_STREAM = _kind(runner_job, runner_job_event_decoder.decode)
+API_KEY_STREAM = _kind(api_key, api_key_event_decoder.decode)
 
 COMMAND_STREAMS: dict[type[Command], StreamKind] = {
     **{kind: TASK_STREAM for kind in task.TaskCommand.__args__},
     **{kind: RUN_STREAM for kind in run.RunCommand.__args__},
     **{kind: SESSION_STREAM for kind in session.SessionCommand.__args__},
     **{kind: RUNNER_JOB_STREAM for kind in runner_job.RunnerJobCommand.__args__},
+    **{kind: API_KEY_STREAM for kind in api_key.ApiKeyCommand.__args__},
 }
 STREAM_KINDS: dict[str, StreamKind] = {
-    k.stream_type: k for k in (TASK_STREAM, RUN_STREAM, SESSION_STREAM, RUNNER_JOB_STREAM)}
+    k.stream_type: k for k in (TASK_STREAM, RUN_STREAM, SESSION_STREAM, RUNNER_JOB_STREAM,
+                               API_KEY_STREAM)}
 
 
 def stream_kind_for(command: Command) -> StreamKind:

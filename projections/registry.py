@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from projections import (
+    api_keys,
     attempt_summary,
     commander,
     core_records,
@@ -25,6 +26,7 @@ REGISTRY: tuple[Projection[Any], ...] = (
     *judge_run.PROJECTIONS,
     *core_records.PROJECTIONS,
     *session_summary.PROJECTIONS,
+    *api_keys.PROJECTIONS,
 )
 TABLES = tuple(p.table for p in REGISTRY)
 if len(set(TABLES)) != len(TABLES):

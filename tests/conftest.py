@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -23,11 +24,20 @@ import uvicorn
 from litestar import Litestar
 
 from api.app import create_app
+from api.auth_principal import key_sha256
 from api.settings import ServiceSettings
 from ledger.database import APP_LOGIN, ensure_app_login, start_embedded, with_user
 from ledger.migrate import migrate
 from runner_assembly.settings import RunnerSettings
-from tests.support import server_tmp, unique_name, with_database, write_profile_secret
+from tests.support import (
+    SEND_ADMIN_KEY,
+    TEST_ADMIN_KEY,
+    TEST_HOSTS,
+    server_tmp,
+    unique_name,
+    with_database,
+    write_profile_secret,
+)
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 TEMPLATE = f"svc_template_{os.getpid()}"
@@ -62,6 +72,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 FETCH_ROOTS = "SVC_FETCH_ALLOW_FILE_ROOTS"
+ADMIN_ENV = {"SVC_ADMIN_KEY_SHA256": key_sha256(TEST_ADMIN_KEY), "SVC_TOKEN": TEST_ADMIN_KEY}
+
+
+def _with_admin_key(request: httpx.Request) -> None:
+    if (SEND_ADMIN_KEY.get() and "authorization" not in request.headers
+            and request.url.host in TEST_HOSTS):
+        request.headers["Authorization"] = f"Bearer {TEST_ADMIN_KEY}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def admin_key_everywhere() -> Iterator[str]:
+    """Give the tests' servers, CLI runs and HTTP clients the test admin key
+    (``tests.support.TEST_ADMIN_KEY``)."""
+    before = {name: os.environ.get(name) for name in ADMIN_ENV}
+    os.environ.update(ADMIN_ENV)
+    sync_send, async_send = httpx.Client.send, httpx.AsyncClient.send
+
+    def send(self: httpx.Client, request: httpx.Request, **options: Any) -> httpx.Response:
+        _with_admin_key(request)
+        return sync_send(self, request, **options)
+
+    async def send_async(self: httpx.AsyncClient, request: httpx.Request,
+                         **options: Any) -> httpx.Response:
+        _with_admin_key(request)
+        return await async_send(self, request, **options)
+
+    httpx.Client.send = send  # type: ignore[method-assign]
+    httpx.AsyncClient.send = send_async  # type: ignore[method-assign]
+    yield TEST_ADMIN_KEY
+    httpx.Client.send, httpx.AsyncClient.send = sync_send, async_send  # type: ignore[method-assign]
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -217,7 +262,7 @@ async def running_api(database_url: str, workdir: Path,
            "SVC_MIGRATE_DATABASE_URL": database_url, "SVC_PORT": str(port),
            "SVC_DATA_DIR": str(workdir / "data"), "SVC_SHUTDOWN_GRACE_S": "3",
            "SVC_WORKERS": "1", FETCH_ROOTS: os.environ.get(FETCH_ROOTS, ""),
-           **(extra_env or {})}
+           **ADMIN_ENV, **(extra_env or {})}
     log_path = workdir / f"serve-{port}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen([svc_executable(), "serve"], env=env, stdout=log,

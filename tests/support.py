@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -18,11 +19,33 @@ import httpx
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine
 
+from api.auth_principal import new_key
 from ledger.database import create_pool
 from ledger.writer import LedgerWriter
 from projections.store import plan_projection
 
 TASKS = "/api/v1/queue/tasks"
+TEST_ADMIN_KEY = new_key()
+"""The admin key of this test process: every server the tests build accepts it (its sha256
+is ``SVC_ADMIN_KEY_SHA256``, no ledger entry), the CLI sends it (``SVC_TOKEN``), and every
+HTTP request to a loopback test server carries it unless the request names a credential of
+its own or the test asks for none (:func:`anonymous`; ``tests/conftest.py``)."""
+ADMIN_HEADER_LINE = b"Authorization: Bearer " + TEST_ADMIN_KEY.encode() + b"\r\n"
+"""The key as a raw HTTP/1.1 header line, for requests written to a socket by hand."""
+TEST_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "testserver.local"})
+"""Where the tests' servers listen: the hosts their clients send the test admin key to."""
+SEND_ADMIN_KEY: ContextVar[bool] = ContextVar("send_admin_key", default=True)
+"""Whether a request without a credential gets the test admin key (``tests/conftest.py``)."""
+
+
+@contextmanager
+def anonymous() -> Iterator[None]:
+    """Requests made inside carry only the credentials they name themselves."""
+    token = SEND_ADMIN_KEY.set(False)
+    try:
+        yield
+    finally:
+        SEND_ADMIN_KEY.reset(token)
 _counter = itertools.count()
 
 S = TypeVar("S")
@@ -70,7 +93,8 @@ async def snapshot(url: str) -> dict[str, Any]:
                            ("session_summary", "session_id"),
                            ("session_turn", "runner_job_id"),
                            ("session_read_cursor", "reader_id, session_id"),
-                           ("session_line", "session_id, channel, seq")):
+                           ("session_line", "session_id, channel, seq"),
+                           ("api_key", "key_id")):
             rows = await conn.fetch(f"SELECT *  FROM {table} ORDER BY {key}")
             result[table] = [tuple(str(v) for v in r.values()) for r in rows]
         return result

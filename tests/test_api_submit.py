@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.support import replay_report, snapshot, task_body
+from tests.support import ADMIN_HEADER_LINE, replay_report, snapshot, task_body
 
 TASKS = "/api/v1/queue/tasks"
 
@@ -141,8 +141,8 @@ async def test_an_announced_oversized_body_is_refused_before_it_arrives(
         client: Any, database_url: str) -> None:
     before = await snapshot(database_url)
     reader, writer = await asyncio.open_connection("127.0.0.1", client.base_url.port)
-    writer.write(b"POST " + TASKS.encode() + b" HTTP/1.1\r\nHost: svc\r\n"
-                 b"Content-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{")
+    writer.write(b"POST " + TASKS.encode() + b" HTTP/1.1\r\nHost: svc\r\n" + ADMIN_HEADER_LINE
+                 + b"Content-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{")
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)  # not the body's 2 MiB
     length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")

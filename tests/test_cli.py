@@ -14,12 +14,12 @@ import httpx
 import pytest
 
 from tests.conftest import svc_executable
-from tests.support import task_body, write_profile_secret
+from tests.support import ADMIN_HEADER_LINE, TEST_ADMIN_KEY, task_body, write_profile_secret
 
 
 def svc(*args: str, api: str | None = None, stdin: str | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {"PATH": os.environ.get("PATH", ""), **(env or {})}
+    full_env = {"PATH": os.environ.get("PATH", ""), "SVC_TOKEN": TEST_ADMIN_KEY, **(env or {})}
     if api:
         full_env["SVC_API_URL"] = api
     return subprocess.run([svc_executable(), *args], input=stdin, capture_output=True,
@@ -192,7 +192,8 @@ async def test_the_server_survives_clients_that_hang_up_mid_response(served_api:
         httpx.post(f"{served_api}/api/v1/queue/tasks", content=body,
                    headers={"content-type": "application/json"})
     address = urlsplit(served_api)
-    request = b"GET /api/v1/queue/tasks?limit=500 HTTP/1.1\r\nHost: x\r\n\r\n" * 200
+    request = (b"GET /api/v1/queue/tasks?limit=500 HTTP/1.1\r\nHost: x\r\n" + ADMIN_HEADER_LINE
+               + b"\r\n") * 200
 
     def hang_up(index: int) -> None:
         with socket.create_connection((address.hostname, address.port)) as sock:

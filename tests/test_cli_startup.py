@@ -27,7 +27,7 @@ def imported_modules(*args: str, api: str) -> tuple[subprocess.CompletedProcess[
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "cli.main", *args, "--api", api],
         capture_output=True, text=True, timeout=60,
-        env={"PATH": os.environ.get("PATH", "")})
+        env={"PATH": os.environ.get("PATH", ""), "SVC_TOKEN": os.environ["SVC_TOKEN"]})
     modules = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
                if line.startswith("import time:") and "|" in line}
     return result, modules

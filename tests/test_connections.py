@@ -18,7 +18,7 @@ import httpx
 from api.server import HttpSettings, connection_cap, raise_fd_limit
 from api.settings import ServiceSettings
 from tests.conftest import SERVER_PIDS, free_port, running_api, svc_executable
-from tests.support import write_profile_secret
+from tests.support import ADMIN_HEADER_LINE, write_profile_secret
 
 IDLE = 1000
 """Idle connections: most never send a byte, the rest stay open after one request."""
@@ -33,8 +33,8 @@ SLACK_S = 6.0
 
 HEALTH = b"GET /api/v1/health HTTP/1.1\r\nHost: svc\r\n\r\n"
 PARTIAL_HEADERS = b"GET /api/v1/health HTTP/1.1\r\nHost: svc\r\nX-Slow: "
-PARTIAL_BODY = (b"POST /api/v1/queue/tasks HTTP/1.1\r\nHost: svc\r\n"
-                b"Content-Type: application/json\r\nContent-Length: 4000\r\n\r\n{\"tenantId\"")
+PARTIAL_BODY = (b"POST /api/v1/queue/tasks HTTP/1.1\r\nHost: svc\r\n" + ADMIN_HEADER_LINE
+                + b"Content-Type: application/json\r\nContent-Length: 4000\r\n\r\n{\"tenantId\"")
 SUBMIT = (b'{"tenantId":"acme","projectId":"demo","queue":"main","title":"late",'
           b'"payload":{"prompt":"print hello"}}')
 

@@ -35,7 +35,7 @@ async def test_every_declaration_matches_its_migrated_table(conn: asyncpg.Connec
 
 
 def test_tables_are_listed_once_and_identifiers_are_checked() -> None:
-    assert len(set(TABLES)) == len(TABLES) == 13
+    assert len(set(TABLES)) == len(TABLES) == 14  # 13 and api_key (issue 25)
     assert quote("task_summary") == '"task_summary"'
     with pytest.raises(ValueError, match="not a projection identifier"):
         quote('x"; DROP TABLE ledger; --')

@@ -43,9 +43,12 @@ ACTOR = "session-layer"
 
 
 async def folded(pool: asyncpg.Pool, kind: StreamKind, stream_id: str) -> Any:
-    """The decision state of one stream, folded from its ledger entries (None: no stream)."""
+    """The decision state of one stream, folded from its ledger entries (None: no stream,
+    or a stream of another type under that id: a session named like a runner job)."""
     async with pool.acquire() as conn:
         entries = (await store.read_streams(conn, [stream_id])).get(stream_id, [])
+    if any(entry.stream_type != kind.stream_type for entry in entries):
+        return None
     state: Any = None
     for entry in entries:
         state = kind.evolve(state, entry.event)

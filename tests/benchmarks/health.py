@@ -15,6 +15,8 @@ from collections.abc import Callable
 import httpx
 import msgspec
 
+from tests.benchmarks import tools
+
 PROMPT_CHARS = 65_536
 SUBMITTERS = 2
 WORD = "TestHttpClientRetriesOnTimeoutWith503Status_src/main/java/OrderService2.java;"
@@ -50,7 +52,7 @@ def submit_loop(base: str, payloads: list[bytes], stop: threading.Event,
                 done: list[float]) -> None:
     """Submit long prompts until ``stop`` is set, recording each submit's milliseconds."""
     headers = {"content-type": "application/json"}
-    with httpx.Client(base_url=base, timeout=60) as http:
+    with httpx.Client(base_url=base, timeout=60, headers=tools.auth_headers()) as http:
         i = 0
         while not stop.is_set():
             started = time.perf_counter()

@@ -25,6 +25,7 @@ import asyncpg
 import httpx
 import msgspec
 
+from api.auth_principal import key_sha256, new_key
 from ledger.database import start_embedded
 from ledger.migrate import migrate
 from tests.benchmarks import health, masking, tools
@@ -75,7 +76,8 @@ class Bench:
     def api(self, url: str, *serve_args: str) -> Iterator[str]:
         port = tools_free_port()
         env = {"PATH": os.environ["PATH"], "SVC_DATABASE_URL": url, "SVC_PORT": str(port),
-               "SVC_DATA_DIR": str(self.workdir / "data")}
+               "SVC_DATA_DIR": str(self.workdir / "data"),
+               "SVC_ADMIN_KEY_SHA256": key_sha256(os.environ["SVC_TOKEN"])}
         if "PYTHONPATH" in os.environ:  # benchmarking another checkout with this venv
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         svc = str(Path(sys.executable).with_name("svc"))
@@ -364,7 +366,8 @@ async def _dispatch_latencies(base: str, jobs: Path,
     body = {"tenantId": "bench", "projectId": "bench", "queue": "bench", "title": "bench",
             "payload": {"prompt": "exit: 1"}}
     created, started, retries = [], [], []
-    async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+    async with httpx.AsyncClient(base_url=base, timeout=120,
+                                 headers=tools.auth_headers()) as http:
         for _ in range(n):
             task_id = (await http.post("/api/v1/queue/tasks", json=body)).json()["taskId"]
             begin = time.perf_counter()
@@ -455,6 +458,7 @@ def main() -> int:
     if {"submit", "batch", "list", "workers", "read"} & set(parts) and shutil.which("wrk") is None:
         print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
         return 1
+    os.environ["SVC_TOKEN"] = new_key()  # the servers' admin key (SVC_ADMIN_KEY_SHA256)
     bench = Bench(args.quick)
     try:
         for part in parts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 import subprocess
@@ -35,6 +36,12 @@ def pgbench(url: str, script: str, clients: int, seconds: int) -> float:
     return float(match.group(1))
 
 
+def auth_headers() -> dict[str, str]:
+    """The benchmark's admin key (``SVC_TOKEN``, set by ``run.py``) as a request header."""
+    token = os.environ.get("SVC_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
@@ -45,6 +52,8 @@ def wrk(url: str, *, clients: int, seconds: int, script: str | None = None,
     error."""
     command = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{seconds}s", "--latency",
                f"--timeout={timeout_s}s"]
+    for name, value in auth_headers().items():
+        command += ["-H", f"{name}: {value}"]
     if script:
         command += ["-s", str(HERE / script)]
     tail = ["--", *script_args] if script_args else []
@@ -131,7 +140,7 @@ class Poller(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.base, timeout=30) as client:
+        with httpx.Client(base_url=self.base, timeout=30, headers=auth_headers()) as client:
             while not self._stop_event.is_set():
                 self.poll(client)
                 time.sleep(0.05)

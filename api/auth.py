@@ -1,0 +1,127 @@
+"""Authentication and authorization (DESIGN 12): one middleware turns the bearer credential
+into a principal, one guard per route decides with what the route declares (``api.access``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Litestar
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.routes import HTTPRoute
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from api.access import OPEN_KEY, is_open, required_role, runner_access
+from api.auth_keys import KeyService
+from api.auth_principal import ACTING, RUNNER, Principal, is_api_key, key_sha256
+from api.docs_ui import SCHEMA_PATH
+from ledger.errors import DomainError
+
+MAX_CREDENTIAL = 512
+DOCS_PATTERN = rf"^{SCHEMA_PATH}(/|$)"
+
+
+class Unauthenticated(DomainError):
+    """A valid credential is required: send ``Authorization: Bearer <API key>``."""
+
+
+class Forbidden(DomainError):
+    """The credential's roles do not allow this route."""
+
+
+def open_route(handler: BaseRouteHandler, scope: Scope) -> bool:
+    """True for a route anyone may call: declared open, a docs page, or an ``OPTIONS``."""
+    path = str(scope.get("path", ""))
+    return is_open(handler) or scope.get("method") == "OPTIONS" or is_docs(path)
+
+
+def is_docs(path: str) -> bool:
+    """True for the OpenAPI document and its docs page."""
+    return path == SCHEMA_PATH or path.startswith(SCHEMA_PATH + "/")
+
+
+def bearer_credential(authorization: str | None) -> str | None:
+    """The credential of an ``Authorization: Bearer …`` header (None when absent or not
+    a bearer credential)."""
+    if not authorization:
+        return None
+    scheme, _, credential = authorization.partition(" ")
+    credential = credential.strip()
+    if scheme.lower() != "bearer" or not credential or len(credential) > MAX_CREDENTIAL:
+        return None
+    return credential
+
+
+class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
+    """Turns ``Authorization: Bearer …`` into the request's principal (``request.user``);
+    the ledger entries the request makes name that principal as their actor."""
+
+    def __init__(self, app: ASGIApp, keys: Callable[[], KeyService]) -> None:
+        super().__init__(app, exclude=DOCS_PATTERN, exclude_from_auth_key=OPEN_KEY)
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request; the acting principal is forgotten after it."""
+        acting = ACTING.set(None)
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            ACTING.reset(acting)
+
+    async def authenticate_request(self, connection: ASGIConnection[Any, Any, Any, Any]
+                                   ) -> AuthenticationResult:
+        """The principal of the request's credential, or 401."""
+        runner = runner_access(connection.route_handler)
+        credential = bearer_credential(connection.headers.get("authorization"))
+        if runner == "only":  # the route checks its job's token, as ever (an API key is none)
+            return AuthenticationResult(RUNNER, None)
+        if credential is None:
+            raise Unauthenticated()
+        keys = self.keys()
+        if runner == "also" and not (
+                is_api_key(credential) or keys.is_static(key_sha256(credential))):
+            return AuthenticationResult(RUNNER, None)
+        principal = await keys.authenticate(credential)
+        if principal is None:
+            raise Unauthenticated("the credential is unknown, revoked or expired")
+        ACTING.set(principal.id)
+        return AuthenticationResult(principal, None)
+
+
+def authorize(connection: ASGIConnection[Any, Any, Any, Any],
+              handler: BaseRouteHandler) -> None:
+    """The one authorization decision of every route (an app-wide guard)."""
+    if open_route(handler, connection.scope):
+        return
+    principal = connection.scope.get("user")
+    if not isinstance(principal, Principal):
+        raise Unauthenticated()  # no principal was made: refuse rather than guess
+    if principal.kind == "runner":
+        if runner_access(handler):
+            return  # the route checks the token against its job
+        raise Unauthenticated()
+    needed = required_role(handler, str(connection.scope.get("method", "")))
+    if needed is None or not principal.may(needed):
+        raise Forbidden(f"this route needs the {needed or 'a declared'} role",
+                        role=needed, principal=principal.id)
+
+
+def undeclared_routes(app: Litestar) -> list[str]:
+    """Every ``METHOD path`` that is neither open nor a read and declares no role."""
+    missing = []
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        for handler in route.route_handlers:
+            if not isinstance(handler, HTTPRouteHandler) or is_open(handler):
+                continue
+            for method in handler.http_methods:
+                path = route.path_format
+                if method == "OPTIONS" or is_docs(path) or runner_access(handler) == "only":
+                    continue
+                if required_role(handler, method) is None:
+                    missing.append(f"{method} {path}")
+    return missing
