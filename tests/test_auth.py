@@ -36,7 +36,7 @@ from tests.test_runner_protocol import protocol_on
 
 KEYS = "/api/v1/auth/keys"
 TASKS = "/api/v1/queue/tasks"
-OPEN_PATHS = ("/api/v1/health", "/api/v1/ready", "/metrics", "/api/v1/schema",
+OPEN_PATHS = ("/api/v1/live", "/api/v1/health", "/api/v1/ready", "/metrics", "/api/v1/schema",
               "/api/v1/schema/openapi.json", "/api/v1/schema/swagger")
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import free_port, running_api, svc_executable
+from tests.support import TEST_ADMIN_KEY
 from tests.test_cli import svc
 
 LINES = 40
@@ -19,7 +20,7 @@ LINES = 40
 def follower(api: str, session_id: str, folder: Path) -> subprocess.Popen[bytes]:
     """``svc sessions output SESSION --follow`` against ``api``; its stdout and stderr go to
     ``folder/out`` and ``folder/err``."""
-    env = {"PATH": os.environ.get("PATH", ""), "SVC_API_URL": api}
+    env = {"PATH": os.environ.get("PATH", ""), "SVC_API_URL": api, "SVC_TOKEN": TEST_ADMIN_KEY}
     with (folder / "out").open("wb") as out, (folder / "err").open("wb") as err:
         return subprocess.Popen([svc_executable(), "sessions", "output", session_id,
                                  "--follow"], stdout=out, stderr=err, env=env)
