@@ -7,8 +7,8 @@ import itertools
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +23,9 @@ from api.auth_principal import new_key
 from ledger.database import create_pool
 from ledger.writer import LedgerWriter
 from projections.store import plan_projection
+from runner_assembly.drivers.protocol import RunnerDriver
+from runner_assembly.orchestration.wiring import Orchestration, orchestration
+from runner_assembly.settings import RunnerSettings
 
 TASKS = "/api/v1/queue/tasks"
 TEST_ADMIN_KEY = new_key()
@@ -239,3 +242,24 @@ async def refresh_until_settled(http: httpx.AsyncClient, task_id: str,
         if task["state"] != "running" or time.monotonic() > deadline:
             return dict(task)
         await asyncio.sleep(0.1)
+
+
+@asynccontextmanager
+async def orchestration_on(database_url: str, data_dir: Path,
+                           driver: RunnerDriver
+                           ) -> AsyncIterator[tuple[Orchestration, LedgerWriter]]:
+    """The manager's collaborators on the test database with ``driver``, and their ledger
+    writer, outside the app (a profile-1 secret under ``data_dir``): for tests that call
+    them directly."""
+    write_profile_secret(data_dir)
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    fence_pool = await create_pool(database_url, min_size=1, max_size=4)
+    writer = LedgerWriter(pool, plan_projection)
+    await writer.start()
+    try:
+        yield orchestration(pool, fence_pool, writer, driver,
+                            RunnerSettings(data_dir=data_dir)), writer
+    finally:
+        await writer.close()
+        await pool.close()
+        await fence_pool.close()

@@ -30,6 +30,7 @@ from runner_assembly.runner import netns, network
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port, svc_executable
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
+from tests.test_sandbox import outcomes  # each probe's outcome line, by its label
 
 BANNER = b"forwarded-service-hello\n"
 PROBE = '''\
@@ -45,16 +46,6 @@ for label, (host, port) in sorted(targets.items()):
     except OSError as error:
         print(f"probe {label} {type(error).__name__}")
 '''
-
-
-def outcomes(job: Path) -> dict[str, str]:
-    """Each probe's outcome from the job's output: ``reached …`` or the error's name."""
-    found = {}
-    for line in (job / "stdout.log").read_text().splitlines():
-        if line.startswith("probe "):
-            _, label, rest = line.split(" ", 2)
-            found[label] = rest
-    return found
 
 
 @contextlib.asynccontextmanager

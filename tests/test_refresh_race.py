@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ledger.database import create_pool
 from ledger.intake import submit_command
 from ledger.states import FailureKind, JobState
-from ledger.writer import LedgerWriter
-from projections.store import plan_projection
 from runner_assembly.drivers.protocol import JobStatus
-from runner_assembly.orchestration.wiring import orchestration
-from runner_assembly.settings import RunnerSettings
-from tests.support import replay_report, task_body, write_profile_secret
+from tests.support import orchestration_on, replay_report, task_body
 from tests.test_attempt_property import ScriptedDriver
 
 
@@ -31,15 +26,8 @@ class UnconfigurableDriver(ScriptedDriver):
 async def test_a_refresh_after_another_stopped_an_unconfigurable_job_still_sees_it_blocked(
     database_url: str, tmp_path: Path
 ) -> None:
-    write_profile_secret(tmp_path)
-    pool = await create_pool(database_url, min_size=1, max_size=4)
-    fence_pool = await create_pool(database_url, min_size=1, max_size=4)
-    writer = LedgerWriter(pool, plan_projection)
-    await writer.start()
     driver = UnconfigurableDriver()
-    services = orchestration(pool, fence_pool, writer, driver,
-                             RunnerSettings(data_dir=tmp_path))
-    try:
+    async with orchestration_on(database_url, tmp_path, driver) as (services, writer):
         submit = submit_command(task_body(), actor="test")
         await writer.execute(submit, "test")
         await services.dispatcher.dispatch(submit.task_id)
@@ -60,7 +48,3 @@ async def test_a_refresh_after_another_stopped_an_unconfigurable_job_still_sees_
         assert ended is not None and ended.latest is not None
         assert (ended.state, ended.latest.failure_kind) == ("blocked", "secret-unavailable")
         assert (await replay_report(database_url)).ok
-    finally:
-        await writer.close()
-        await pool.close()
-        await fence_pool.close()

@@ -6,14 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.database import create_pool
 from ledger.intake import submit_command
-from ledger.writer import LedgerWriter
-from projections.store import plan_projection
 from runner_assembly.drivers.protocol import JobHandle, JobSpec
-from runner_assembly.orchestration.wiring import orchestration
-from runner_assembly.settings import RunnerSettings
-from tests.support import replay_report, task_body, write_profile_secret
+from tests.support import orchestration_on, replay_report, task_body
 from tests.test_attempt_property import ScriptedDriver
 
 
@@ -36,16 +31,9 @@ class CrashingDriver(ScriptedDriver):
 async def test_a_crash_between_turn_reservation_and_job_creation_resumes_the_turn(
     database_url: str, tmp_path: Path
 ) -> None:
-    write_profile_secret(tmp_path)
-    pool = await create_pool(database_url, min_size=1, max_size=4)
-    fence_pool = await create_pool(database_url, min_size=1, max_size=4)
-    writer = LedgerWriter(pool, plan_projection)
-    await writer.start()
     driver = CrashingDriver()
-    services = orchestration(pool, fence_pool, writer, driver,
-                             RunnerSettings(data_dir=tmp_path))
-    dispatcher = services.dispatcher
-    try:
+    async with orchestration_on(database_url, tmp_path, driver) as (services, writer):
+        dispatcher = services.dispatcher
         body = task_body(sessionRef={"sessionId": "ses_crash", "conversationId": "cnv_c"})
         submit = submit_command(body, actor="test")
         await writer.execute(submit, "test")
@@ -65,7 +53,3 @@ async def test_a_crash_between_turn_reservation_and_job_creation_resumes_the_tur
         assert session is not None and session.turns == {job: "running"}
         assert dict(driver.creations) == {job: 1}
         assert (await replay_report(database_url)).ok
-    finally:
-        await writer.close()
-        await pool.close()
-        await fence_pool.close()
