@@ -81,7 +81,9 @@ def test_no_form_survives_any_chunking(value: str, cuts: list[int]) -> None:
         start = max(start, cut)
     stream.feed(data[start:])
     stream.close()
-    assert value.strip().encode() not in b"".join(out)
+    # The marker itself may hold the value (a secret "[maske"): look beside the markers only.
+    beside = b"".join(out).replace(MASK.encode(), b"\x00")
+    assert value.strip().encode() not in beside
 
 
 def test_pattern_net_cuts_credentials() -> None:
