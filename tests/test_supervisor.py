@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import SERVER_PIDS, free_port, running_api
-from tests.support import task_body
+from tests.support import ADMIN_HEADER_LINE, task_body
 from tests.test_cli_usage import _alive, _workers_of
 
 pytestmark = pytest.mark.serial  # wall-clock bounds on two-worker servers: not beside others
@@ -29,9 +29,11 @@ WORKERS = {"SVC_WORKERS": "2", "SVC_SHUTDOWN_GRACE_S": "10"}  # the default grac
 EXIT_LIMIT_S = 8.0
 
 HOLDS = {
-    "partial-header": b"POST /api/v1/queue/tasks HTTP/1.1\r\nHost: svc\r\ncontent-type: applic",
-    "partial-body": b"POST /api/v1/queue/tasks HTTP/1.1\r\nHost: svc\r\ncontent-type: "
-                    b"application/json\r\ncontent-length: 400\r\n\r\n{\"tenantId\": \"ac",
+    "partial-header": b"POST /api/v1/queue/tasks HTTP/1.1\r\nHost: svc\r\n" + ADMIN_HEADER_LINE
+                      + b"content-type: applic",
+    "partial-body": b"POST /api/v1/queue/tasks HTTP/1.1\r\nHost: svc\r\n" + ADMIN_HEADER_LINE
+                    + b"content-type: application/json\r\ncontent-length: 400\r\n\r\n"
+                    b"{\"tenantId\": \"ac",
     "idle-keep-alive": b"GET /api/v1/health HTTP/1.1\r\nHost: svc\r\n\r\n",
 }
 
