@@ -15,15 +15,32 @@ from ledger.sqlfile import load_queries
 SQL = load_queries("ledger", "leases.sql")
 
 
-async def renew(db: Queryable, runner_job_id: str, at: datetime) -> None:
-    """Renew the job's lease to ``at`` (never back: a late, older beat changes nothing)."""
-    await db.execute(SQL["renew"], runner_job_id, at)
+async def renew(db: Queryable, runner_job_id: str, at: datetime,
+                token_sha256: str | None = None) -> None:
+    """Renew the job's lease to ``at`` (never back: a late, older beat changes nothing),
+    keeping the hash of the token that renewed it, checked against the job's stream (None:
+    the next beat is checked so too)."""
+    await db.execute(SQL["renew"], runner_job_id, at, token_sha256)
+
+
+async def renew_held(db: Queryable, runner_job_id: str, token_sha256: str,
+                     at: datetime) -> bool:
+    """Renew the lease if its row holds ``token_sha256`` (the token of the last renewal,
+    checked then; the row lets go of it at the job's exit and goes at its end): True when it
+    did."""
+    status: str = await db.execute(SQL["renew_held"], runner_job_id, token_sha256, at)
+    return status == "UPDATE 1"
 
 
 async def last_seen(db: Queryable, runner_job_id: str) -> datetime | None:
     """When the job's runner last renewed its lease (None: it never did, or the job ended)."""
     seen: datetime | None = await db.fetchval(SQL["last_seen"], runner_job_id)
     return seen
+
+
+async def let_go(db: Queryable, runner_job_id: str) -> None:
+    """Forget which token renewed the lease (the job exited: its tokens are refused now)."""
+    await db.execute(SQL["let_go"], runner_job_id)
 
 
 async def release(db: Queryable, runner_job_id: str) -> None:

@@ -73,6 +73,10 @@ async def test_heartbeats_renew_the_lease_row_and_leave_the_ledger_and_its_head_
         row = await lease_row(database_url, "job_hb")
         assert row is not None and row[1] == beat + 1
         first_seen = first_seen or row[0]
+    for refused in (auth(other), auth(token + "x")):  # the row now holds job_hb's token
+        answer = await client.post(f"{JOBS}/job_hb/heartbeat", headers=refused)
+        assert answer.status_code == 401, answer.text
+    assert (await lease_row(database_url, "job_hb"))[1] == BEATS  # type: ignore[index]
     assert await head_and_size(database_url) == claimed, \
         "no entry, the high-water mark and the read cache's key stay where the claim left them"
     last = await lease_row(database_url, "job_hb")

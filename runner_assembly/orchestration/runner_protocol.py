@@ -114,10 +114,14 @@ class RunnerProtocol:
 
     async def heartbeat(self, runner_job_id: str, token: str) -> None:
         """Renew the job's lease: decided on the job's stream like any report (its live
-        token, once claimed), then kept in the job's lease row instead of the ledger."""
+        token, once claimed), then kept in the job's lease row instead of the ledger; the
+        next beat with the same token renews the row in one statement."""
         command = Heartbeat(runner_job_id, token_hash(token), now_text())
+        at = datetime.fromisoformat(command.at)
+        if await leases.renew_held(self.pool, runner_job_id, command.token_sha256, at):
+            return  # the token that renewed last, its job neither exited nor ended since
         decide(await self.job(runner_job_id), command)  # refuses what the ledger would
-        await leases.renew(self.pool, runner_job_id, datetime.fromisoformat(command.at))
+        await leases.renew(self.pool, runner_job_id, at, command.token_sha256)
 
     async def last_seen(self, job: RunnerJobState) -> datetime | None:
         """When the job last showed life: its lease row or its newest ledger event."""
@@ -139,9 +143,11 @@ class RunnerProtocol:
                                                mode), ACTOR)
 
     async def exit(self, runner_job_id: str, token: str, report: JobExit) -> RunnerJobState:
-        """Record the runner's exit; the job's state after it."""
+        """Record the runner's exit; the job's state after it. Its lease row lets go of the
+        token, so a later beat takes the full decision (which refuses it)."""
         outcome = await self.writer.execute(ReportExit(runner_job_id, token_hash(token), report),
                                             ACTOR)
+        await leases.let_go(self.pool, runner_job_id)
         state: RunnerJobState = outcome.state
         return state
 

@@ -28,7 +28,7 @@ import msgspec
 from api.auth_principal import key_sha256, new_key
 from ledger.database import start_embedded
 from ledger.migrate import migrate
-from tests.benchmarks import health, masking, tools
+from tests.benchmarks import fleet, health, masking, tools
 from tests.benchmarks.load import load
 from tests.support import with_database, write_profile_secret
 
@@ -73,11 +73,12 @@ class Bench:
         return asyncio.run(create())
 
     @contextlib.contextmanager
-    def api(self, url: str, *serve_args: str) -> Iterator[str]:
+    def api(self, url: str, *serve_args: str,
+            env: dict[str, str] | None = None) -> Iterator[str]:
         port = tools_free_port()
         env = {"PATH": os.environ["PATH"], "SVC_DATABASE_URL": url, "SVC_PORT": str(port),
                "SVC_DATA_DIR": str(self.workdir / "data"),
-               "SVC_ADMIN_KEY_SHA256": key_sha256(os.environ["SVC_TOKEN"])}
+               "SVC_ADMIN_KEY_SHA256": key_sha256(os.environ["SVC_TOKEN"]), **(env or {})}
         if "PYTHONPATH" in os.environ:  # benchmarking another checkout with this venv
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         svc = str(Path(sys.executable).with_name("svc"))
@@ -289,6 +290,11 @@ class Bench:
         self.report("dispatch_started_vs_spawn_p50",
                     _percentile(started, 50) / _percentile(spawn, 50))
 
+    def fleet_figures(self) -> None:
+        write_profile_secret(self.workdir / "data")
+        write_profile_secret(self.workdir / "data", fleet.STAMP_PROFILE)
+        fleet.figures(self)
+
     def mask_figures(self) -> None:
         masking.figures(self.report)
 
@@ -444,7 +450,8 @@ async def _analyze(url: str) -> None:
 
 BATCH_SIZE = 100
 """Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
-PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health"]
+PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health",
+         "fleet"]
 """Every part of a run, in order (the ratios of issue 16 first)."""
 
 
@@ -455,7 +462,8 @@ def main() -> int:
                         help="run only this part (repeatable)")
     args = parser.parse_args()
     parts = args.only or PARTS
-    if {"submit", "batch", "list", "workers", "read"} & set(parts) and shutil.which("wrk") is None:
+    uses_wrk = {"submit", "batch", "list", "workers", "read", "fleet"}
+    if uses_wrk & set(parts) and shutil.which("wrk") is None:
         print("wrk is missing: apt-get install wrk (make bench does this)", file=sys.stderr)
         return 1
     os.environ["SVC_TOKEN"] = new_key()  # the servers' admin key (SVC_ADMIN_KEY_SHA256)
