@@ -27,7 +27,7 @@ DOCS_PATTERN = rf"^{SCHEMA_PATH}(/|$)"
 
 
 class Unauthenticated(DomainError):
-    """A valid credential is required: send ``Authorization: Bearer <API key>``."""
+    """A valid credential is required: send ``Authorization: Bearer <API key or token>``."""
 
 
 class Forbidden(DomainError):

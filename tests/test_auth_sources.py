@@ -17,13 +17,16 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import jwt
 import kmock
+import kubernetes_validate
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -36,6 +39,8 @@ from runner_assembly.drivers.k8s import api_client
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port
 from tests.support import TASKS, anonymous, task_body
+from tests.test_k8s_manifests import KUBERNETES_VERSION
+from tests.test_k8s_manifests import objects as manifest_objects
 
 REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 K8S_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -455,3 +460,29 @@ async def test_no_token_reaches_a_log_line(
     for token in [*tokens, sa_token("outage")]:
         assert token not in logged
         assert token.rsplit(".", 1)[1] not in logged, "nor a token's signature"
+
+
+# --- The manager's permission to review tokens ---------------------------------------------
+
+COMPONENT = Path("manifests/k8s/components/tokenreview")
+
+
+def test_the_tokenreview_component_grants_create_on_tokenreviews_alone() -> None:
+    kustomization = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Component"
+    assert sorted(kustomization["resources"]) == sorted(
+        p.name for p in COMPONENT.glob("*.yaml") if p.name != "kustomization.yaml")
+    found = {}
+    for name in kustomization["resources"]:
+        obj = yaml.safe_load((COMPONENT / name).read_text())
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        found[obj["kind"]] = obj
+    role, binding = found["ClusterRole"], found["ClusterRoleBinding"]
+    assert role["rules"] == [{"apiGroups": ["authentication.k8s.io"],
+                              "resources": ["tokenreviews"], "verbs": ["create"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    (account,) = [o for o in manifest_objects() if o["kind"] == "ServiceAccount"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount",
+                                    "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
