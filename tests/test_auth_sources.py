@@ -260,9 +260,12 @@ class Issuer:
     ec_key: ec.EllipticCurvePrivateKey = field(
         default_factory=lambda: ec.generate_private_key(ec.SECP256R1()))
     fetched: list[str] = field(default_factory=list)
+    rotated: dict[str, rsa.RSAPrivateKey] = field(default_factory=dict)
+    """RSA keys published after the first ones, by kid."""
 
     def jwks(self) -> dict[str, Any]:
-        keys = []
+        keys = [{**jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key(), as_dict=True),
+                 "kid": kid, "use": "sig", "alg": "RS256"} for kid, key in self.rotated.items()]
         for kid, algorithm, key in (("rsa-1", jwt.algorithms.RSAAlgorithm, self.rsa_key),
                                     ("ec-1", jwt.algorithms.ECAlgorithm, self.ec_key)):
             jwk = algorithm.to_jwk(key.public_key(), as_dict=True)  # type: ignore[attr-defined]
@@ -390,13 +393,25 @@ async def test_the_principal_of_an_oidc_token_is_its_subject_and_claim(
     assert await source.authenticate(issuer.token()) is None, "the configured claim only"
 
 
-async def test_an_unknown_kid_fetches_the_key_set_once_more(
+async def test_an_unknown_kid_fetches_the_key_set_once_more(issuer: Issuer) -> None:
+    source = OidcSource(issuer.url, "svc", "svc_roles", f"{issuer.url}/keys", cooldown_s=0)
+    assert await source.authenticate(issuer.token()) is not None
+    assert issuer.fetched == ["/keys"]
+    issuer.rotated["rsa-2"] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    rotated = issuer.token(kid="rsa-2", key=issuer.rotated["rsa-2"])
+    assert await source.authenticate(rotated) is not None, "a new key is fetched"
+    assert await source.authenticate(issuer.token(kid="rsa-9")) is None
+    assert issuer.fetched == ["/keys"] * 3, "one fetch per unknown kid, no more"
+    assert await source.authenticate(rotated) is not None
+    assert len(issuer.fetched) == 3, "a known kid is served from the cache"
+
+
+async def test_unknown_kids_fetch_the_key_set_at_most_every_30_s(
         issuer: Issuer, oidc_client: httpx.AsyncClient) -> None:
     assert (await oidc_client.get(TASKS, headers=bearer(issuer.token()))).status_code == 200
-    for _ in range(3):  # a refresh at most every 30 s: no fetch per request
-        assert_refused(await oidc_client.get(TASKS, headers=bearer(issuer.token(kid="new")))
-                       )
-    assert issuer.fetched.count("/keys") == 1
+    for kid in ("new-1", "new-2", "new-3"):
+        assert_refused(await oidc_client.get(TASKS, headers=bearer(issuer.token(kid=kid))))
+    assert issuer.fetched.count("/keys") == 1, "no fetch per request"
 
 
 async def test_an_unreachable_key_set_grants_nothing(
