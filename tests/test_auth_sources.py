@@ -39,7 +39,8 @@ from runner_assembly.drivers.k8s import api_client
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port
 from tests.support import TASKS, anonymous, task_body
-from tests.test_k8s_manifests import KUBERNETES_VERSION
+from tests.test_k8s_checkov import failed_checks
+from tests.test_k8s_manifests import KUBERNETES_VERSION, OVERLAYS, rendered
 from tests.test_k8s_manifests import objects as manifest_objects
 
 REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -501,3 +502,14 @@ def test_the_tokenreview_component_grants_create_on_tokenreviews_alone() -> None
     assert binding["subjects"] == [{"kind": "ServiceAccount",
                                     "name": account["metadata"]["name"],
                                     "namespace": account["metadata"]["namespace"]}]
+
+
+def test_the_tokenreview_component_passes_checkov(tmp_path: Path) -> None:
+    assert failed_checks(COMPONENT) == []
+    for overlay in OVERLAYS:  # as an overlay that adds the component renders
+        (tmp_path / overlay).mkdir()
+        added = [yaml.safe_load((COMPONENT / name).read_text()) for name in
+                 yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())["resources"]]
+        (tmp_path / overlay / "rendered.yaml").write_text(
+            yaml.safe_dump_all([*rendered(overlay), *added]))
+        assert failed_checks(tmp_path / overlay) == [], overlay
