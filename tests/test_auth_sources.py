@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from api.auth_oidc import OidcSource, roles_of
 from api.auth_principal import Principal
 from api.auth_serviceaccount import ServiceAccountSource, account_of
-from api.auth_sources import is_jwt
+from api.auth_sources import CredentialUncheckable, is_jwt
 from api.settings import ServiceSettings
 from runner_assembly.drivers.k8s import api_client
 from runner_assembly.settings import RunnerSettings
@@ -425,6 +425,13 @@ async def test_an_unreachable_key_set_grants_nothing(
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "infra-failed"
     assert issuer.fetched == [], "the configured key set URL replaces discovery"
+
+
+async def test_an_unreachable_discovery_document_grants_nothing(issuer: Issuer) -> None:
+    gone = f"http://127.0.0.1:{free_port()}"
+    source = OidcSource(gone, "svc", "svc_roles")
+    with pytest.raises(CredentialUncheckable):
+        await source.authenticate(issuer.token(claims={"iss": gone}))
 
 
 async def test_oidc_tokens_are_off_until_configured(
