@@ -22,6 +22,7 @@ from api.auth import AuthenticationMiddleware, authorize, undeclared_routes
 from api.auth_actor import ActingWriter
 from api.auth_keys import KeyService
 from api.auth_routes import AuthKeyController
+from api.auth_sources import CredentialSources, configured_sources
 from api.docs_ui import openapi_config
 from api.errors import handle_exception
 from api.health import health, live, metrics, ready
@@ -86,12 +87,15 @@ class Services:
         self._sessions: SessionApi | None = None
         self._runner: RunnerApi | None = None
         self._keys: KeyService | None = None
+        self._sources: CredentialSources | None = None
 
     def start(self, pool: asyncpg.Pool, settings: RunnerSettings,
-              services: Orchestration, keys: KeyService) -> SessionService:
+              services: Orchestration, keys: KeyService,
+              sources: CredentialSources) -> SessionService:
         """Build the API services on started pools; the session service, for the loop."""
         self._pool = pool
         self._keys = keys
+        self._sources = sources
         self._queue = QueueApi(pool, settings, services.queue, services.dispatcher,
                                services.refresher, self.metrics)
         self._sessions = SessionApi(pool, settings, services.sessions, services.commands)
@@ -117,6 +121,11 @@ class Services:
     def key_service(self) -> KeyService:
         """API keys: authentication, issue, revocation."""
         return _started(self._keys)
+
+    def credential_sources(self) -> CredentialSources:
+        """Where a request's credential is checked: API keys, and OIDC or ServiceAccount
+        tokens when configured."""
+        return _started(self._sources)
 
     def observed(self) -> Metrics:
         """The app's metrics."""
@@ -176,9 +185,10 @@ def create_app(database_url: str, *, pool_size: int = 10,
         await writer.start()
         acting = ActingWriter(writer)  # a request's entries name its principal
         driver = faults.wrap(make_driver(runner), runner.faults, service.fault_seed)
+        keys = KeyService(pool, acting, service.admin_key_sha256)
         sessions = services.start(
-            pool, runner, orchestration(pool, fence_pool, acting, driver, runner),
-            KeyService(pool, acting, service.admin_key_sha256))
+            pool, runner, orchestration(pool, fence_pool, acting, driver, runner), keys,
+            configured_sources(service, keys))
         background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
         try:
             yield
@@ -196,7 +206,8 @@ def create_app(database_url: str, *, pool_size: int = 10,
                         validate_manifest, live, health, ready, metrics],
         dependencies=services.provide(),
         middleware=[middleware(observed), allow_middleware,
-                    DefineMiddleware(AuthenticationMiddleware, keys=services.key_service)],
+                    DefineMiddleware(AuthenticationMiddleware,
+                                     sources=services.credential_sources)],
         guards=[authorize],
         lifespan=[lifespan],
         state=State({"deploy_endpoint": service.deploy_endpoint,

@@ -15,17 +15,19 @@ from litestar.routes import HTTPRoute
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from api.access import OPEN_KEY, is_open, required_role, runner_access
-from api.auth_keys import KeyService
-from api.auth_principal import ACTING, RUNNER, Principal, is_api_key, key_sha256
+from api.auth_principal import ACTING, RUNNER, Principal
+from api.auth_sources import CredentialSources
 from api.docs_ui import SCHEMA_PATH
 from ledger.errors import DomainError
 
-MAX_CREDENTIAL = 512
+MAX_CREDENTIAL = 8192
+"""The longest credential read: room for JWTs (ServiceAccount and OIDC tokens run to a few
+KiB), far below a header's limit."""
 DOCS_PATTERN = rf"^{SCHEMA_PATH}(/|$)"
 
 
 class Unauthenticated(DomainError):
-    """A valid credential is required: send ``Authorization: Bearer <API key>``."""
+    """A valid credential is required: send ``Authorization: Bearer <API key or token>``."""
 
 
 class Forbidden(DomainError):
@@ -56,12 +58,13 @@ def bearer_credential(authorization: str | None) -> str | None:
 
 
 class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
-    """Turns ``Authorization: Bearer …`` into the request's principal (``request.user``);
-    the ledger entries the request makes name that principal as their actor."""
+    """Turns ``Authorization: Bearer …`` into the request's principal (``request.user``)
+    with the credential source its shape names (``api.auth_sources``); the ledger entries
+    the request makes name that principal as their actor."""
 
-    def __init__(self, app: ASGIApp, keys: Callable[[], KeyService]) -> None:
+    def __init__(self, app: ASGIApp, sources: Callable[[], CredentialSources]) -> None:
         super().__init__(app, exclude=DOCS_PATTERN, exclude_from_auth_key=OPEN_KEY)
-        self.keys = keys
+        self.sources = sources
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request; the acting principal is forgotten after it."""
@@ -80,11 +83,10 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
             return AuthenticationResult(RUNNER, None)
         if credential is None:
             raise Unauthenticated()
-        keys = self.keys()
-        if runner == "also" and not (
-                is_api_key(credential) or keys.is_static(key_sha256(credential))):
+        source = self.sources().pick(credential)
+        if source is None and runner == "also":  # a runner token: the route checks it
             return AuthenticationResult(RUNNER, None)
-        principal = await keys.authenticate(credential)
+        principal = None if source is None else await source.authenticate(credential)
         if principal is None:
             raise Unauthenticated("the credential is unknown, revoked or expired")
         ACTING.set(principal.id)

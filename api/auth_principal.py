@@ -32,14 +32,15 @@ SHOWN_PREFIX = len(KEY_PREFIX) + 6
 
 
 class Principal(msgspec.Struct, frozen=True):
-    """The caller a credential stands for. ``kind`` ``runner``: a bearer token the route
-    itself checks against its runner job (DESIGN 9); it holds no role."""
+    """The caller a credential stands for: ``kind`` names its credential source
+    (``api.auth_sources``). ``runner``: a bearer token the route itself checks against its
+    runner job (DESIGN 9); it holds no role."""
 
     id: str
     tenant: str
     projects: tuple[str, ...] = ()
     roles: frozenset[str] = frozenset()
-    kind: Literal["key", "runner"] = "key"
+    kind: Literal["key", "runner", "serviceaccount", "oidc"] = "key"
 
     def may(self, role: str) -> bool:
         """True when one of the principal's roles grants ``role``."""
@@ -80,3 +81,16 @@ def shown_prefix(key: str) -> str:
 def is_api_key(credential: str) -> bool:
     """True for a credential in the API-key format (anything else may be a runner token)."""
     return credential.startswith(KEY_PREFIX)
+
+
+class Grant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a credential from outside the ledger (a mapped ServiceAccount) may do: one tenant
+    (``*``: every tenant), its roles and optional projects (empty: every project)."""
+
+    tenant: str
+    roles: tuple[Role, ...]
+    projects: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.tenant or not self.roles:
+            raise ValueError("a grant names a tenant and at least one role")

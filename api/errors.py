@@ -79,7 +79,8 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
 _DESCRIPTIONS = {
     400: "invalid-request (malformed JSON, wrong types, unknown fields, bad parameters), "
          "schema-invalid (SPEC 7) or credential-in-request",
-    401: "unauthenticated (no valid API key: send Authorization: Bearer <key>) or "
+    401: "unauthenticated (no valid credential: send Authorization: Bearer <API key or "
+         "token>) or "
          "unauthorized (a runner-protocol call without its job's token); header "
          "WWW-Authenticate: Bearer",
     403: "forbidden (the key's roles do not allow this route)",
@@ -89,7 +90,8 @@ _DESCRIPTIONS = {
     413: "payload-too-large (bodies over 1 MiB)",
     422: "secret-unavailable, tenant-policy-denied, prompt-unavailable, prompt-too-large, "
          "required-skill-unavailable, session-store-evicted or build-required",
-    503: "infra-failed, commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt",
+    503: "infra-failed (also when the credential's issuer cannot be reached), "
+         "commit-unknown (retry with the same Idempotency-Key) or ledger-corrupt",
     429: "session-limit-reached (the tenant holds SVC_MAX_SESSIONS_PER_TENANT live sessions)"}
 
 

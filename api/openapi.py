@@ -46,7 +46,9 @@ SECURITY_SCHEMES: JSONObject = {
                "description": "An API key (svck_…), sent as Authorization: Bearer <key>. The "
                               "first admin key is written to ${SVC_DATA_DIR}/admin.key; "
                               "`svc auth key create` (or POST /api/v1/auth/keys) makes "
-                              "others."},
+                              "others. When the operator configures them, a Kubernetes "
+                              "ServiceAccount token (audience svc) or an OIDC JWT of the "
+                              "configured issuer is sent the same way."},
     "runnerToken": {"type": "http", "scheme": "bearer",
                     "description": "A runner job's own token (the runner protocol, DESIGN 9): "
                                    "valid for that job alone, until it ends."},

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from api.auth_principal import Grant
 from api.variables import SERVER, Variable
 
 if TYPE_CHECKING:
@@ -71,6 +72,12 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     backend_loopback_ports: tuple[int, ...] = ()
     admin_key_sha256: str | None = None
     """``SVC_ADMIN_KEY_SHA256``: the operator's own admin key, by its sha256."""
+    auth_serviceaccounts: dict[str, Grant] = msgspec.field(default_factory=dict)
+    """``SVC_AUTH_SERVICEACCOUNTS``: ``namespace/serviceaccount`` → tenant, roles, projects."""
+    auth_oidc_issuer: str | None = None
+    auth_oidc_audience: str = "svc"
+    auth_oidc_jwks_url: str | None = None
+    auth_oidc_claim: str = "svc_roles"
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""

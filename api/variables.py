@@ -129,6 +129,31 @@ def command(_name: str, value: str) -> tuple[str, ...] | None:
     return tuple(shlex.split(value)) if value else None
 
 
+def serviceaccounts(name: str, value: str) -> dict[str, object]:
+    """``{"<namespace>/<serviceaccount>": {"tenant": T, "roles": [R, …], "projects": [P, …]}}``
+    as JSON, inline (text starting with ``{``) or in the file this text names; empty: none."""
+    import json
+    from pathlib import Path
+
+    import msgspec
+
+    from api.auth_principal import Grant
+
+    if not value:
+        return {}
+    try:
+        text = value if value.lstrip().startswith("{") else Path(value).read_text()
+        mapping = msgspec.convert(json.loads(text), dict[str, Grant])
+    except (OSError, ValueError, msgspec.ValidationError):
+        raise ValueError(f"{name} must map namespace/serviceaccount to a tenant and roles "
+                         "(JSON, or the path of a JSON file)") from None
+    for account in mapping:
+        namespace, _, service_account = account.partition("/")
+        if not namespace or not service_account or "/" in service_account:
+            raise ValueError(f"{name}: {account!r} is not namespace/serviceaccount")
+    return {account: msgspec.to_builtins(grant) for account, grant in mapping.items()}
+
+
 @dataclass(frozen=True)
 class Variable:
     """One environment variable: its default (the text used when unset or empty; ``""``:
@@ -345,6 +370,20 @@ VARIABLES: tuple[Variable, ...] = (
             "`admin.key`"),
     Variable("SVC_TOKEN", "", "the API key the CLI sends (`--token`); unset: the key in "
              "`${SVC_DATA_DIR:-.svc}/admin.key` when that file exists", ("command",)),
+    _server("SVC_AUTH_SERVICEACCOUNTS", "", serviceaccounts,
+            "Kubernetes ServiceAccount tokens as credentials (TokenReview, audience `svc`): "
+            "JSON, inline or the path of a file, mapping `namespace/serviceaccount` to "
+            "`{\"tenant\": T, \"roles\": [R], \"projects\": [P]}`; the cluster is the "
+            "driver's (`SVC_KUBERNETES_API`, in-cluster, kubeconfig); unset: off "
+            "(README, \"Who may call the API\")"),
+    _server("SVC_AUTH_OIDC_ISSUER", "", optional,
+            "OIDC JWTs of this issuer (its `iss`, exactly) as credentials; unset: off"),
+    _server("SVC_AUTH_OIDC_AUDIENCE", "svc", text, "the `aud` an OIDC JWT must name"),
+    _server("SVC_AUTH_OIDC_JWKS_URL", "", optional,
+            "the issuer's key set (JWKS)",
+            shown="the `jwks_uri` of `<issuer>/.well-known/openid-configuration`"),
+    _server("SVC_AUTH_OIDC_CLAIM", "svc_roles", text,
+            "the OIDC claim listing `tenant:role` pairs (all of one tenant)"),
 )
 """Every ``SVC_*`` variable of the service (tests' own knobs aside)."""
 
