@@ -12,9 +12,9 @@ SELECT queue, lane, state, coalesce(backend_profile, ''), count(*), tenant_id, p
 FROM task_summary GROUP BY queue, lane, state, coalesce(backend_profile, ''), tenant_id,
                            project_id;
 ALTER TABLE queue_stats DROP CONSTRAINT queue_stats_pkey;
-ALTER TABLE queue_stats ADD PRIMARY KEY (tenant_id, project_id, queue, lane, state,
-                                         backend_profile);
-CREATE INDEX queue_stats_queue ON queue_stats (queue, lane);
+ALTER TABLE queue_stats ADD PRIMARY KEY (queue, lane, state, backend_profile, tenant_id,
+                                         project_id);
+CREATE INDEX queue_stats_tenant ON queue_stats (tenant_id, queue, lane);
 
 ALTER TABLE commander_view ADD COLUMN tenant_id text NOT NULL DEFAULT '',
                            ADD COLUMN project_id text NOT NULL DEFAULT '';
