@@ -32,6 +32,7 @@ from api.queue_routes import QueueController
 from api.run_routes import RunnerJobController
 from api.runner_routes import RunnerController
 from api.runner_service import RunnerApi
+from api.scoping import provide_caller
 from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from api.settings import ServiceSettings
@@ -143,7 +144,8 @@ class Services:
                 "runner_api": Provide(self.runner_api, sync_to_thread=False),
                 "auth_keys": Provide(self.key_service, sync_to_thread=False),
                 "metrics": Provide(self.observed, sync_to_thread=False),
-                "settings": Provide(self.runner_settings, sync_to_thread=False)}
+                "settings": Provide(self.runner_settings, sync_to_thread=False),
+                "caller": Provide(provide_caller, sync_to_thread=False)}
 
 
 def create_app(database_url: str, *, pool_size: int = 10,

@@ -43,6 +43,8 @@ STATUS_BY_CODE = {
     "ledger-corrupt": 503,
     "internal-error": 500,
     "session-limit-reached": 429,
+    "tenant-mismatch": 403,
+    "project-mismatch": 403,
 }
 RETRY_AFTER_S = 2
 """Seconds a 503 asks the caller to wait before it tries again."""
@@ -83,7 +85,9 @@ _DESCRIPTIONS = {
          "token>) or "
          "unauthorized (a runner-protocol call without its job's token); header "
          "WWW-Authenticate: Bearer",
-    403: "forbidden (the key's roles do not allow this route)",
+    403: "forbidden (the key's roles do not allow this route), tenant-mismatch (the body "
+         "names another tenant than the key's) or project-mismatch (a project outside the "
+         "key's)",
     404: "not-found", 405: "method-not-allowed (header Allow lists the path's methods)",
     409: "invalid-transition, task-not-retryable, idempotency-conflict or "
          "stream-version-conflict",

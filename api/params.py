@@ -18,6 +18,7 @@ from api.runner_service import RunnerApi
 from api.services import QueueApi, SessionApi
 from ledger.states import SessionFilter, TaskStatus
 from projections import queries
+from projections.scope import Scope
 from runner_assembly.settings import RunnerSettings
 
 HttpRequest = Request[object, object, State]
@@ -61,3 +62,5 @@ PoolDep = NamedDependency[asyncpg.Pool]
 MetricsDep = NamedDependency[Metrics]
 SettingsDep = NamedDependency[RunnerSettings]
 KeysDep = NamedDependency[KeyService]
+Caller = NamedDependency[Scope]
+"""The tenant and projects the request acts in (``api.scoping``)."""

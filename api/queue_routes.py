@@ -15,6 +15,7 @@ from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.openapi import also_ok, body, command
 from api.params import (
+    Caller,
     CommanderLimit,
     Cursor,
     DryRunFlag,
@@ -45,7 +46,7 @@ class QueueController(Controller):
           opt=body(wire.SubmitBody, examples.SUBMIT)
           | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key")
           | role("submitter"))
-    async def submit(self, request: HttpRequest, queue_api: QueueDep,
+    async def submit(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                      dry_run: DryRunFlag = False,
                      idempotency_key: IdempotencyKey = None
                      ) -> Response[wire.TaskDetail | wire.DryRun]:
@@ -56,13 +57,13 @@ class QueueController(Controller):
         """
         body = await read_body(request, wire.SubmitBody, gate=assembly.gate)
         answer = queue_api.preview_submit if dry_run else queue_api.submit
-        return await answer(body, idempotency_key)
+        return await answer(caller, body, idempotency_key)
 
     @post("/tasks/batch", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
           opt=body(wire.BatchSubmitBody, examples.SUBMIT_BATCH)
           | also_ok("dry run (the plans), or every item replayed an earlier submit")
           | role("submitter"))
-    async def submit_batch(self, request: HttpRequest, queue_api: QueueDep,
+    async def submit_batch(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                            dry_run: DryRunFlag = False
                            ) -> Response[wire.BatchSubmitResult | wire.DryRun]:
         """Submit up to 500 tasks in one transaction, each under its own idempotency key
@@ -71,51 +72,55 @@ class QueueController(Controller):
         """
         tasks = await read_batch(request)
         if dry_run:
-            return Response(await queue_api.preview_submit_batch(tasks), status_code=200)
-        return await queue_api.submit_batch(tasks)
+            return Response(await queue_api.preview_submit_batch(caller, tasks),
+                            status_code=200)
+        return await queue_api.submit_batch(caller, tasks)
 
     @get("/tasks", responses=READ_ERRORS)
     async def list_tasks(
-        self, queue_api: QueueDep, queue: QueueQuery = None,
+        self, queue_api: QueueDep, caller: Caller, queue: QueueQuery = None,
         task_state: TaskStateQuery = None, cursor: Cursor = None, limit: Limit = 50,
         updated_after: UpdatedAfter = None,
     ) -> Response[wire.TaskList]:
         """List tasks newest first; with ``updatedAfter`` only those changed after it."""
-        return await queue_api.list_tasks(queue, task_state, cursor, limit, updated_after)
+        return await queue_api.list_tasks(caller, queue, task_state, cursor, limit, updated_after)
 
     @get("/tasks/{task_id:str}", responses=READ_ERRORS)
-    async def show(self, queue_api: QueueDep, task_id: TaskId) -> Response[wire.TaskDetail]:
+    async def show(self, queue_api: QueueDep, caller: Caller,
+                   task_id: TaskId) -> Response[wire.TaskDetail]:
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
-        return await queue_api.show(task_id)
+        return await queue_api.show(caller, task_id)
 
     @command("/tasks/{task_id:str}/cancel", wire.CancelBody, examples.CANCEL, WRITE_ERRORS,
               required=False, access=role("operator"))
-    async def cancel(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
+    async def cancel(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+                     task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
         body = await read_body(request, wire.CancelBody, empty_ok=True)
         reason = body.reason or None
         answer = queue_api.preview_cancel if dry_run else queue_api.cancel
-        return await answer(task_id, reason)
+        return await answer(caller, task_id, reason)
 
     @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS,
              access=role("submitter"))
-    async def read(self, request: HttpRequest, queue_api: QueueDep, task_id: TaskId,
+    async def read(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+                   task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
         body = await read_body(request, wire.ReadBody)
         answer = queue_api.preview_read if dry_run else queue_api.read
-        return await answer(task_id, body.reader_id)
+        return await answer(caller, task_id, body.reader_id)
 
     @get("/stats", responses=READ_ERRORS)
-    async def stats(self, queue_api: QueueDep,
+    async def stats(self, queue_api: QueueDep, caller: Caller,
                     queue: QueueQuery = None) -> Response[wire.QueueStats]:
         """Task counts by queue, lane, state and backend profile."""
-        return await queue_api.stats(queue)
+        return await queue_api.stats(caller, queue)
 
     @get("/commander", responses=READ_ERRORS)
-    async def commander(self, queue_api: QueueDep, queue: QueueQuery = None,
+    async def commander(self, queue_api: QueueDep, caller: Caller, queue: QueueQuery = None,
                         reader_id: ReaderQuery = None,
                         limit: CommanderLimit = 20) -> Response[wire.CommanderView]:
         """The tasks needing attention first, with counts by state and unread flags."""
-        return await queue_api.commander(queue, reader_id, limit)
+        return await queue_api.commander(caller, queue, reader_id, limit)

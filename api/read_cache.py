@@ -26,6 +26,7 @@ from litestar.types import HTTPResponseStartEvent, Receive, Scope, Send
 
 from ledger.database import Queryable
 from projections import queries
+from projections import scope as scoping
 
 MAX_ENTRIES = 512
 MAX_AGE_S = 1.0
@@ -105,15 +106,17 @@ class ReadCache:
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
 
-    async def answer(self, key: Hashable, head: int,
+    async def answer(self, scope: scoping.Scope, key: Hashable, head: int,
                      compute: Callable[[], Awaitable[tuple[int, object]]]) -> Response[bytes]:
-        """The JSON answer to ``key`` at ``head``: stored, or computed (with the head its
-        snapshot saw), encoded once and stored."""
-        body = self.get(key, head)
+        """The JSON answer to ``key`` asked in ``scope`` at ``head``: stored, or computed
+        (with the head its snapshot saw), encoded once and stored. Answers are kept per
+        scope: one tenant's answer is never served to another (DESIGN 12)."""
+        scoped = (scope.cache_key, key)
+        body = self.get(scoped, head)
         if body is None:
             seen, value = await compute()
             body = _encoder.encode(value)
-            self.put(key, seen, body)
+            self.put(scoped, seen, body)
         return EncodedJson(body)
 
 

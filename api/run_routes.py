@@ -16,7 +16,7 @@ from api.access import role
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
 from api.openapi import command
-from api.params import DryRunFlag, HttpRequest, QueueDep, RunId
+from api.params import Caller, DryRunFlag, HttpRequest, QueueDep, RunId
 from runner_assembly.assembly import model
 
 
@@ -27,16 +27,17 @@ class RunnerJobController(Controller):
     tags = ("runs",)
 
     @get("/", responses=READ_ERRORS)
-    async def show(self, queue_api: QueueDep, run_id: RunId) -> wire.RunnerJob:
+    async def show(self, queue_api: QueueDep, caller: Caller, run_id: RunId) -> wire.RunnerJob:
         """The run's runner job: plan (names, keys, paths, hashes), status, assembly event."""
-        return await queue_api.runner_job(run_id)
+        return await queue_api.runner_job(caller, run_id)
 
     @command("/", wire.RunnerJobBody, examples.RUNNER_JOB, WRITE_ERRORS, required=False,
              access=role("operator"))
-    async def create(self, request: HttpRequest, queue_api: QueueDep, run_id: RunId,
+    async def create(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+                     run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""
         body = await read_body(request, wire.RunnerJobBody, empty_ok=True, gate=model.gate)
         dry = dry_run or body.dry_run
         answer = queue_api.preview_runner_job if dry else queue_api.create_runner_job
-        return await answer(run_id, body)
+        return await answer(caller, run_id, body)

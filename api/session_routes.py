@@ -23,6 +23,7 @@ from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS, error_response
 from api.openapi import also_ok, body, command
 from api.params import (
     AfterSeq,
+    Caller,
     Cursor,
     DryRunFlag,
     HttpRequest,
@@ -36,6 +37,7 @@ from api.params import (
     SessionLimit,
     SessionStateQuery,
 )
+from api.scoping import EVERYTHING
 from api.services import DEFAULT_READER
 from ledger.errors import InvalidRequest
 from ledger.states import SessionFilter
@@ -51,59 +53,61 @@ class SessionController(Controller):
     @post("/", status_code=HTTP_201_CREATED, responses=OPENING_ERRORS,
           opt=body(sw.SessionCreateBody, examples.SESSION_CREATE, required=False)
           | also_ok("dry run: the plan, nothing created") | role("operator"))
-    async def create(self, request: HttpRequest, session_api: SessionDep,
+    async def create(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
                      dry_run: DryRunFlag = False) -> Response[sw.SessionDetail | wire.DryRun]:
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
         body = await read_body(request, sw.SessionCreateBody, empty_ok=True,
                                gate=model.gate_run_base)
         if dry_run:
-            return session_api.preview_create(body)
-        return await session_api.create(body)
+            return session_api.preview_create(caller, body)
+        return await session_api.create(caller, body)
 
     @get("/", responses=READ_ERRORS)
-    async def index(self, session_api: SessionDep,
+    async def index(self, session_api: SessionDep, caller: Caller,
                     session_state: SessionStateQuery = SessionFilter.DEFAULT,
                     reader_id: Reader = DEFAULT_READER, backend_profile: ProfileQuery = None,
                     cursor: Cursor = None, limit: SessionLimit = 50) -> sw.SessionList:
         """Sessions; ``state=default`` shows the running and the unread ones."""
-        return await session_api.index(session_state, reader_id, backend_profile, cursor,
+        return await session_api.index(caller, session_state, reader_id, backend_profile, cursor,
                                        limit)
 
     @get("/{session_id:str}", responses=READ_ERRORS)
-    async def show(self, session_api: SessionDep, session_id: SessionId,
+    async def show(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
                    reader_id: Reader = DEFAULT_READER) -> sw.SessionDetail:
         """One session: identity, thread, state, storage, recent turns, line heads."""
-        return await session_api.show(session_id, reader_id)
+        return await session_api.show(caller, session_id, reader_id)
 
     @get("/{session_id:str}/output", responses=READ_ERRORS)
-    async def output(self, session_api: SessionDep, session_id: SessionId,
+    async def output(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
                      after_seq: AfterSeq = 0, limit: LineLimit = 200) -> sw.LinePage:
         """Output lines after ``afterSeq`` (redacted, each bounded)."""
-        return await session_api.lines(session_id, "output", after_seq, limit)
+        return await session_api.lines(caller, session_id, "output", after_seq, limit)
 
     @get("/{session_id:str}/trace", responses=READ_ERRORS)
-    async def trace(self, session_api: SessionDep, session_id: SessionId,
+    async def trace(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
                     after_seq: AfterSeq = 0, limit: LineLimit = 200) -> sw.LinePage:
         """Trace lines (runner events) after ``afterSeq``."""
-        return await session_api.lines(session_id, "trace", after_seq, limit)
+        return await session_api.lines(caller, session_id, "trace", after_seq, limit)
 
     @command("/{session_id:str}/read", sw.SessionReadBody, examples.SESSION_READ, WRITE_ERRORS,
               required=False, access=role("submitter"))
-    async def read(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
+    async def read(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+                   session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
         body = await read_body(request, sw.SessionReadBody, empty_ok=True)
         answer = session_api.preview_read if dry_run else session_api.read
-        return await answer(session_id, body.reader_id)
+        return await answer(caller, session_id, body.reader_id)
 
     @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS,
              access=role("operator"))
-    async def control(self, request: HttpRequest, session_api: SessionDep, session_id: SessionId,
+    async def control(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+                      session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
         body = await read_body(request, sw.ControlBody)
         answer = session_api.preview_cancel if dry_run else session_api.cancel
-        return await answer(session_id, body.reason)
+        return await answer(caller, session_id, body.reason)
 
     @post("/{session_id:str}/storage/refresh", status_code=HTTP_200_OK,
           responses={**WRITE_ERRORS, **error_responses(401)}, opt=body(
@@ -112,7 +116,7 @@ class SessionController(Controller):
                           "empty or {}: take the summary the session's latest runner job "
                           "sent.") | role("operator") | RUNNER_TOO)
     async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
-                              runner_api: RunnerDep,
+                              runner_api: RunnerDep, caller: Caller,
                               session_id: SessionId) -> sw.SessionDetail:
         """Record the volume summary a runner writes back (SPEC 2.6's snake_case names are
         accepted too). With a runner token, it must be of a live job of this session."""
@@ -121,7 +125,9 @@ class SessionController(Controller):
         by_runner = request.scope.get("user") is RUNNER  # else an operator's API key
         await runner_api.check_session(
             session_id, request.headers.get("authorization") if by_runner else None)
-        return await session_api.refresh_storage(session_id, body)
+        # A runner's token was of a job of this very session; a key must see the session.
+        return await session_api.refresh_storage(EVERYTHING if by_runner else caller,
+                                                 session_id, body)
 
 
 def is_empty_object(raw: bytes) -> bool:
@@ -162,10 +168,11 @@ class RunCommandController(Controller):
           opt=body(sw.CommandBody, examples.COMMAND)
           | also_ok("dry run (the plan), or the command already added under this commandId")
           | role("operator"))
-    async def add(self, request: HttpRequest, session_api: SessionDep, run_id: RunId,
+    async def add(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+                  run_id: RunId,
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's
         thread. An evicted session answers ``session-store-evicted`` and creates nothing."""
         body = await read_body(request, sw.CommandBody, gate=model.gate)
         answer = session_api.preview_command if dry_run else session_api.add_command
-        return await answer(run_id, body)
+        return await answer(caller, run_id, body)

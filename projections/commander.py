@@ -33,6 +33,8 @@ class CommanderRow(msgspec.Struct, frozen=True):
     change_seq: int
     phase: str
     recovery: str
+    tenant_id: str = ""
+    project_id: str = ""
 
 
 def derive(row: TaskSummaryRow) -> CommanderRow:
@@ -40,6 +42,7 @@ def derive(row: TaskSummaryRow) -> CommanderRow:
     return CommanderRow(
         task_id=row.task_id, queue=row.queue, attention=ATTENTION[row.state],
         change_seq=row.change_seq, phase=PHASE[row.state], recovery=RECOVERY[row.state],
+        tenant_id=row.tenant_id, project_id=row.project_id,
     )
 
 

@@ -25,6 +25,7 @@ from projections.rows import (
     StatsCounter,
     TaskItemRow,
 )
+from projections.scope import EVERYTHING, Scope
 from projections.store import row_from_record
 from projections.task_summary import TaskSummaryRow
 
@@ -118,7 +119,7 @@ def decode_cursor(cursor: str) -> tuple[str, int]:
 
 async def list_tasks(
     pool: asyncpg.Pool, *, queue: str | None, state: str | None, cursor: str | None,
-    limit: int, updated_after: int | None,
+    limit: int, updated_after: int | None, scope: Scope = EVERYTHING,
 ) -> TaskPage:
     """A page of tasks: newest first, or oldest change first after ``updated_after``."""
     where = QueueFilter.parse(queue)
@@ -129,7 +130,8 @@ async def list_tasks(
     else:
         direction, after = "d", MAX_SEQ
     records = await pool.fetch(SQL["list_tasks"], where.queue, where.lane, state, after,
-                               limit + 1, direction == "a")
+                               limit + 1, direction == "a", scope.tenant_filter,
+                               scope.project_filter)
     high_water: int = records[0]["high_water"]
     rows = _TASK_ITEMS.many(r for r in records if r["task_id"] is not None)
     next_cursor = None
@@ -167,10 +169,13 @@ class StatsResult:
     high_water: int
 
 
-async def stats(pool: Queryable, queue: str | None) -> StatsResult:
-    """Queue stats read from the incrementally maintained counters (no scan of tasks)."""
+async def stats(pool: Queryable, queue: str | None,
+                scope: Scope = EVERYTHING) -> StatsResult:
+    """Queue stats read from the incrementally maintained counters (no scan of tasks), of
+    the tenants and projects ``scope`` sees."""
     where = QueueFilter.parse(queue)
-    records = await pool.fetch(SQL["stats"], where.queue, where.lane, STATS_ROW_LIMIT + 1)
+    records = await pool.fetch(SQL["stats"], where.queue, where.lane, STATS_ROW_LIMIT + 1,
+                               scope.tenant_filter, scope.project_filter)
     high: int = records[0]["high_water"]
     rows = _COUNTERS.many(r for r in records if r["queue"] is not None)
     truncated = len(rows) > STATS_ROW_LIMIT
@@ -194,15 +199,17 @@ class CommanderResult:
 
 
 async def commander(
-    pool: asyncpg.Pool, *, queue: str | None, reader_id: str | None, limit: int
+    pool: asyncpg.Pool, *, queue: str | None, reader_id: str | None, limit: int,
+    scope: Scope = EVERYTHING,
 ) -> CommanderResult:
     """The most urgent tasks (blocked, failed, running, pending …) with counts by state."""
     where = QueueFilter.parse(queue)
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
                                                         readonly=True):
-        counts = await stats(conn, queue)
+        counts = await stats(conn, queue, scope)
         records = await conn.fetch(SQL["commander_items"], where.queue, where.lane,
-                                   reader_id, limit)
+                                   reader_id, limit, scope.tenant_filter,
+                                   scope.project_filter)
     return CommanderResult(_COMMANDER.many(records), counts)
 
 
@@ -257,3 +264,14 @@ async def judge_runs(pool: Queryable, task_id: str,
 async def get_judge_run(pool: Queryable, task_id: str, judge_id: str) -> JudgeRunRow | None:
     """One judge run of a task."""
     return _JUDGE_RUNS.maybe(await pool.fetchrow(SQL["get_judge_run"], task_id, judge_id))
+
+
+OWNER_QUERIES = {"task": "task_owner", "run": "run_owner", "session": "session_owner"}
+"""The query that finds the tenant and project of a resource, by kind."""
+
+
+async def owner(pool: Queryable, kind: str, resource_id: str) -> tuple[str, str | None] | None:
+    """The tenant and project (None: the resource has none) of a task, run or session, or
+    None when it does not exist."""
+    record = await pool.fetchrow(SQL[OWNER_QUERIES[kind]], resource_id)
+    return None if record is None else (record["tenant_id"], record["project_id"])

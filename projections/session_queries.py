@@ -9,6 +9,7 @@ from ledger.sqlfile import load_queries
 from ledger.states import TERMINAL_SESSIONS, SessionFilter, SessionStatus
 from projections.queries import MAX_SEQ, RowDecoder, decode_cursor, encode_cursor
 from projections.rows import SessionHead, SessionView, TurnFields
+from projections.scope import EVERYTHING, Scope
 
 SQL = load_queries("projections", "session_queries.sql")
 RECENT_TURNS = 10
@@ -38,13 +39,14 @@ class SessionPage:
 
 async def list_sessions(db: Queryable, *, state: SessionFilter, reader_id: str,
                         backend_profile: str | None, cursor: str | None,
-                        limit: int) -> SessionPage:
-    """Sessions matching the filter, newest change first."""
+                        limit: int, scope: Scope = EVERYTHING) -> SessionPage:
+    """Sessions of the tenant ``scope`` sees, matching the filter, newest change first."""
     high_water: int = await db.fetchval(SQL["high_water"])
     before = decode_cursor(cursor)[1] if cursor else MAX_SEQ
     states, unread = FILTERS[state]
     rows = _ITEMS.many(await db.fetch(SQL["list_sessions"], reader_id, before,
-                                      backend_profile, sorted(states), limit + 1, unread))
+                                      backend_profile, sorted(states), limit + 1, unread,
+                                      scope.tenant_filter))
     next_cursor = encode_cursor("d", rows[limit - 1].change_seq) if len(rows) > limit \
         else None
     return SessionPage(rows[:limit], next_cursor, high_water)

@@ -14,6 +14,7 @@ LEFT JOIN LATERAL (
     FROM task_summary
     WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
       AND ($3::text IS NULL OR state = $3)
+      AND ($7::text IS NULL OR tenant_id = $7) AND ($8::text[] IS NULL OR project_id = ANY($8))
       AND CASE WHEN $6::bool THEN change_seq > $4 AND change_seq <= h.last_seq
                ELSE change_seq < $4 END
     ORDER BY CASE WHEN $6 THEN change_seq END ASC, CASE WHEN NOT $6 THEN change_seq END DESC
@@ -32,14 +33,18 @@ FROM task_summary JOIN task_contract c USING (task_id) WHERE task_id = $1
 SELECT last_seq FROM ledger_head WHERE id = 1
 
 -- name: stats
+-- The counters are kept per tenant and project: summed over those the caller sees ($4, $5).
 SELECT h.last_seq AS high_water, s.queue, s.lane, s.state,
        nullif(s.backend_profile, '') AS backend_profile, s.task_count AS count
 FROM ledger_head h
 LEFT JOIN LATERAL (
-    SELECT queue, lane, state, backend_profile, task_count
+    SELECT queue, lane, state, backend_profile, sum(task_count)::bigint AS task_count
     FROM queue_stats
     WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR lane = $2)
+      AND ($4::text IS NULL OR tenant_id = $4) AND ($5::text[] IS NULL OR project_id = ANY($5))
       AND task_count <> 0
+    GROUP BY queue, lane, state, backend_profile
+    HAVING sum(task_count) <> 0
     ORDER BY queue, lane, state, backend_profile
     LIMIT $3
 ) s ON true
@@ -54,6 +59,7 @@ FROM commander_view c
 JOIN task_summary t ON t.task_id = c.task_id
 LEFT JOIN read_cursor rc ON rc.task_id = c.task_id AND rc.reader_id = $3
 WHERE ($1::text IS NULL OR c.queue = $1) AND ($2::text IS NULL OR t.lane = $2)
+  AND ($5::text IS NULL OR c.tenant_id = $5) AND ($6::text[] IS NULL OR c.project_id = ANY($6))
 ORDER BY c.attention, c.change_seq DESC
 LIMIT $4
 
@@ -105,3 +111,16 @@ LIMIT $3
 SELECT task_id, judge_id, attempt_id, judge, result, failure_kind, retry_suggested,
        retry_reason, summary, request::text AS request, change_seq, created_at
 FROM judge_run WHERE task_id = $1 AND judge_id = $2
+
+-- name: task_owner
+SELECT tenant_id, project_id FROM task_summary WHERE task_id = $1
+
+-- name: run_owner
+-- A run's task: from its record once created, else from the attempt it was reserved for.
+SELECT t.tenant_id, t.project_id
+FROM task_summary t
+WHERE t.task_id = coalesce((SELECT task_id FROM run_record WHERE run_id = $1),
+                           (SELECT task_id FROM attempt_summary WHERE run_id = $1 LIMIT 1))
+
+-- name: session_owner
+SELECT tenant_id, NULL::text AS project_id FROM session_summary WHERE session_id = $1

@@ -7,6 +7,7 @@ FROM session_summary s
 LEFT JOIN session_read_cursor c ON c.session_id = s.session_id AND c.reader_id = $1
 WHERE s.change_seq < $2
   AND ($3::text IS NULL OR s.backend_profile = $3)
+  AND ($7::text IS NULL OR s.tenant_id = $7)
   AND (s.state = ANY($4::text[]) OR ($6::boolean AND s.version > coalesce(c.version, 0)))
 ORDER BY s.change_seq DESC
 LIMIT $5
