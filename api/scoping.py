@@ -35,7 +35,7 @@ class ProjectMismatch(DomainError):
 def scope_of(principal: object) -> Scope:
     """The scope of a request's principal (a runner token: none of any tenant's rows; its
     route checks the token against its job instead)."""
-    if not isinstance(principal, Principal) or principal.kind != "key":
+    if not isinstance(principal, Principal) or principal.kind == "runner":
         return NOWHERE
     return Scope(principal.tenant, principal.projects)
 
