@@ -179,13 +179,17 @@ def create_app(database_url: str, *, pool_size: int = 10,
         sessions = services.start(
             pool, runner, orchestration(pool, fence_pool, acting, driver, runner),
             KeyService(pool, acting, service.admin_key_sha256))
-        background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
+        background = [asyncio.create_task(session_loop(sessions, runner), name="session-loop")]
+        if observed.shared is not None:
+            background.append(asyncio.create_task(observed.count_periodically(),
+                                                  name="metrics-count"))
         try:
             yield
         finally:
-            background.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await background
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await writer.close()
             for each in (pool, writer_pool, fence_pool):
                 await each.close()

@@ -5,6 +5,7 @@ Every log line goes through the redaction function; every response carries ``x-r
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import itertools
 import json
@@ -12,12 +13,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
+from api.log_repeats import RepeatLimiter
+from api.metrics_export import MULTIPROC_ENV, Collected, build_families, process_families
 from ledger.redaction import redact_text
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -28,6 +34,9 @@ _request_numbers = itertools.count(1)
 FLUSH_EVERY = 256
 """Answered requests noted before their metrics are counted in one batch (a scrape counts
 every noted request first, so it sees each request answered before it)."""
+SHARED_FLUSH_S = 1.0
+"""With workers sharing their counters: how often a worker counts its noted requests (a
+scrape answered by another worker sees every request answered this long before it)."""
 RequestKey = tuple[str, str, int]
 """Route template, method and status of a request."""
 
@@ -39,10 +48,16 @@ def new_request_id() -> str:
 
 
 class Metrics:
-    """The service's metrics, in a registry of their own (one per app)."""
+    """The service's metrics, in a registry of their own (one per app); with workers sharing
+    ``PROMETHEUS_MULTIPROC_DIR``, in its files, summed over every worker at a scrape."""
 
     def __init__(self) -> None:
+        shared = os.environ.get(MULTIPROC_ENV)
+        self.shared = Path(shared) if shared else None
         self.registry = CollectorRegistry()
+        self.workers = Gauge("svc_workers", "API worker processes serving",
+                             registry=self.registry, multiprocess_mode="livesum")
+        self.workers.set(1)
         self.requests = Counter("svc_http_requests", "HTTP requests by route and status",
                                 ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("svc_http_request_duration_seconds", "HTTP request latency",
@@ -83,10 +98,25 @@ class Metrics:
         for key, count in counts.items():
             self._children[key][0].inc(count)
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition (every noted request counted)."""
+    def render(self, *extra: Iterable[Metric]) -> bytes:
+        """The Prometheus text exposition (every noted request counted): the counters (of
+        every worker when shared), the build, the process metrics, and ``extra`` families."""
         self.count_requests()
-        return generate_latest(self.registry)
+        if self.shared is None:
+            counters: Iterable[Metric] = self.registry.collect()
+        else:
+            collector = MultiProcessCollector(None, path=str(self.shared))  # type: ignore[no-untyped-call]
+            counters = collector.collect()  # type: ignore[no-untyped-call]
+        return generate_latest(Collected(counters, build_families(),
+                                         process_families(self.shared), *extra))
+
+    async def count_periodically(self) -> None:
+        """With shared counters: count the noted requests every :data:`SHARED_FLUSH_S`
+        (another worker's scrape cannot ask this one to); runs until cancelled."""
+        while True:
+            await asyncio.sleep(SHARED_FLUSH_S)
+            if self._noted:
+                self.count_requests()
 
 
 def _given_request_id(scope: Scope) -> str | None:
@@ -146,12 +176,21 @@ def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
     return wrap
 
 
+def rfc3339(record: logging.LogRecord) -> str:
+    """The record's time in RFC 3339, UTC, with milliseconds (``2026-11-28T02:10:00.123Z``)."""
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z")
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, redacted message, request id, fields."""
+    """One JSON object per line: time (:func:`rfc3339`), level, logger, redacted message,
+    request id, fields; with an exception, its last line (``error``) and its whole trace
+    (``trace``), newlines escaped inside the one line; ``repeated`` when lines like it were
+    held back (:class:`api.log_repeats.RepeatLimiter`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+            "ts": rfc3339(record), "level": record.levelname,
             "logger": record.name, "msg": redact_text(record.getMessage()),
             "requestId": REQUEST_ID.get(),
         }
@@ -160,14 +199,23 @@ class JsonFormatter(logging.Formatter):
             line.update({k: redact_text(v) if isinstance(v, str) else v
                          for k, v in fields.items()})
         if record.exc_info:
-            line["error"] = redact_text(self.formatException(record.exc_info).splitlines()[-1])
+            trace = redact_text(self.formatException(record.exc_info))
+            line["error"] = trace.splitlines()[-1]
+            line["trace"] = trace
+        if record.stack_info:
+            line["stack"] = redact_text(self.formatStack(record.stack_info))
+        repeated = getattr(record, "repeated", None)
+        if repeated:
+            line["repeated"] = repeated
+            line["msg"] = f"{line['msg']} (repeated {repeated} times since the last such line)"
         return json.dumps(line)
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """Structured JSON logs on standard error for the whole process."""
+    """Structured JSON logs on standard error for the whole process, repeats held back."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(RepeatLimiter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

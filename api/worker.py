@@ -83,16 +83,20 @@ class WorkerConfig(Config):
 
 
 def supervise(settings: ServiceSettings, **options: Unpack[ServeOptions]) -> bool:
-    """Serve the workers with uvicorn's supervisor until SIGTERM or SIGINT stops every one;
-    False when a worker could not start (all were stopped)."""
+    """Serve the workers with uvicorn's supervisor until SIGTERM or SIGINT stops every one,
+    their metrics shared (:mod:`api.metrics_dir`); False when a worker could not start (all
+    were stopped)."""
     from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors.multiprocess import Multiprocess
+
+    from api.metrics_dir import MetricsSupervisor, shared_metrics_dir
 
     # The workers share one listening socket, and libuv accepts every pending connection
     # at once: whichever worker woke first took them all (a keep-alive client stays with
     # it). One accept per wake-up spreads connections made together across the workers.
     os.environ.setdefault("UV_TCP_SINGLE_ACCEPT", "1")
-    config = WorkerConfig(settings, **options)
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-    supervisor.run()
+    with shared_metrics_dir() as metrics_dir:  # one view of the counters from any worker
+        config = WorkerConfig(settings, **options)
+        supervisor = MetricsSupervisor(config, sockets=[config.bind_socket()],
+                                       metrics_dir=metrics_dir)
+        supervisor.run()
     return not any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes)
