@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import asyncpg
@@ -139,15 +140,17 @@ class Services:
 
 def create_app(database_url: str, *, pool_size: int = 10,
                settings: RunnerSettings | None = None,
-               service: ServiceSettings | None = None) -> Litestar:
+               service: ServiceSettings | None = None,
+               metrics_dir: Path | None = None) -> Litestar:
     """The API bound to one database; the pool, ledger writer and dispatcher live with it.
     ``service``: the server's settings (default: read from the environment, as ``svc serve``
-    reads them); ``settings``: the runner's (default: built from ``service``)."""
+    reads them); ``settings``: the runner's (default: built from ``service``);
+    ``metrics_dir``: where the workers of ``svc serve --workers N`` share their counters."""
     service = service or ServiceSettings.from_env()
     runner = settings or service.runner()
     statement_cache = not service.pgbouncer
     relay = RelayAddress.decode(service.ledger_relay)
-    observed = Metrics()
+    observed = Metrics(metrics_dir)
     services = Services(observed, runner)
 
     async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry], *,

@@ -1,11 +1,11 @@
 """The directory the workers of ``svc serve --workers N`` keep their counters in
 (Prometheus' multiprocess mode): made private by the supervisor before it starts them, named
-to them in ``PROMETHEUS_MULTIPROC_DIR``, removed when it stops; a dead worker's live gauges
-go with it, its counters stay (a counter never goes back)."""
+to them in ``PROMETHEUS_MULTIPROC_DIR`` (:func:`api.worker.supervise`), removed when it
+stops; a dead worker's live gauges go with it, its counters stay (a counter never goes
+back)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -15,23 +15,14 @@ from pathlib import Path
 from prometheus_client.multiprocess import mark_process_dead
 from uvicorn.supervisors.multiprocess import Multiprocess
 
-from api.metrics_export import MULTIPROC_ENV
-
 
 @contextmanager
-def shared_metrics_dir() -> Iterator[Path]:
-    """A fresh private directory (0700) named in ``PROMETHEUS_MULTIPROC_DIR`` for the
-    workers started within; removed, and the variable unset, afterwards."""
+def private_metrics_dir() -> Iterator[Path]:
+    """A fresh private directory (0700), removed with everything in it afterwards."""
     path = Path(tempfile.mkdtemp(prefix="svc-metrics-"))
-    before = os.environ.get(MULTIPROC_ENV)
-    os.environ[MULTIPROC_ENV] = str(path)
     try:
         yield path
     finally:
-        if before is None:
-            os.environ.pop(MULTIPROC_ENV, None)
-        else:
-            os.environ[MULTIPROC_ENV] = before
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.log_repeats import RepeatLimiter
-from api.metrics_export import MULTIPROC_ENV, Collected, build_families, process_families
+from api.metrics_export import Collected, build_families, process_families
 from ledger.redaction import redact_text
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -49,11 +49,11 @@ def new_request_id() -> str:
 
 class Metrics:
     """The service's metrics, in a registry of their own (one per app); with workers sharing
-    ``PROMETHEUS_MULTIPROC_DIR``, in its files, summed over every worker at a scrape."""
+    ``shared`` (``PROMETHEUS_MULTIPROC_DIR``, which must be set before prometheus-client is
+    imported), in its files, summed over every worker at a scrape."""
 
-    def __init__(self) -> None:
-        shared = os.environ.get(MULTIPROC_ENV)
-        self.shared = Path(shared) if shared else None
+    def __init__(self, shared: Path | None = None) -> None:
+        self.shared = shared
         self.registry = CollectorRegistry()
         self.workers = Gauge("svc_workers", "API worker processes serving",
                              registry=self.registry, multiprocess_mode="livesum")
