@@ -1,7 +1,7 @@
 """Repeated log lines held back: the same warning or error (same logger, level, message and
-exception type) is written at most once per :data:`REPEAT_WINDOW_S`; the next line written
-for it says how many were held back meanwhile (``repeated``). With the database down, a loop
-that fails every second writes one line a minute, not sixty."""
+exception: its type and text) is written at most once per :data:`REPEAT_WINDOW_S`; the next
+line written for it says how many were held back meanwhile (``repeated``). With the database
+down, a loop that fails every second writes one line a minute, not sixty."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class RepeatLimiter(logging.Filter):
         record carries ``repeated``, the number held back since the last one written."""
         if record.levelno < logging.WARNING:
             return True
-        error = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+        error = _error_of(record)
         key = (record.name, record.levelno, record.getMessage(), error)
         now = self._clock()
         with self._lock:
@@ -55,3 +55,11 @@ class RepeatLimiter(logging.Filter):
         ended = [key for key, (start, _) in self._seen.items() if now - start >= self.window_s]
         for key in ended or list(self._seen):
             del self._seen[key]
+
+
+def _error_of(record: logging.LogRecord) -> str:
+    """The record's exception as a key: its type and the start of its text ('' if none)."""
+    if not record.exc_info or record.exc_info[1] is None:
+        return ""
+    error = record.exc_info[1]
+    return f"{type(error).__name__}: {str(error)[:200]}"

@@ -256,12 +256,17 @@ def test_a_repeated_error_is_written_once_a_window_then_with_its_count() -> None
             raise ConnectionRefusedError("connection refused")
         except OSError:
             logger.exception("session loop iteration failed")
+        try:  # another error under the same message is its own
+            raise TimeoutError("timed out")
+        except OSError:
+            logger.exception("session loop iteration failed")
     finally:
         logger.handlers[:] = []
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     errors = [line for line in lines if line["level"] == "ERROR"]
-    assert len(errors) == 2, errors
-    assert "repeated" not in errors[0]
+    assert len(errors) == 3, errors
+    assert "repeated" not in errors[0] and "repeated" not in errors[2]
     assert errors[1]["repeated"] == 57 and "repeated 57 times" in errors[1]["msg"]
+    assert errors[2]["error"] == "TimeoutError: timed out"
     assert len([line for line in lines if line["msg"] == "another warning"]) == 1
     assert len([line for line in lines if line["msg"] == "request"]) == 58
