@@ -6,32 +6,66 @@ back)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from socket import socket
 
 from prometheus_client.multiprocess import mark_process_dead
+from uvicorn.config import Config
 from uvicorn.supervisors.multiprocess import Multiprocess
+
+PREFIX = "svc-metrics-"
 
 
 @contextmanager
-def private_metrics_dir() -> Iterator[Path]:
-    """A fresh private directory (0700), removed with everything in it afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="svc-metrics-"))
+def private_metrics_dir(parent: Path | None = None) -> Iterator[Path]:
+    """A fresh private directory (0700) in ``parent`` (the temporary directory), named with
+    this process's id and removed with everything in it afterwards; the ones a supervisor
+    killed before it could remove its own are removed first (:func:`remove_orphans`)."""
+    parent = parent or Path(tempfile.gettempdir())
+    remove_orphans(parent)
+    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent))
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_orphans(parent: Path) -> list[Path]:
+    """Remove this user's metrics directories in ``parent`` whose supervisor no longer runs
+    (or ran under this process's id: a container restarted keeps its ``/tmp``)."""
+    removed = []
+    for path in parent.glob(f"{PREFIX}*-*"):
+        pid = path.name.removeprefix(PREFIX).split("-", 1)[0]
+        if pid.isdigit() and path.stat().st_uid == os.getuid() and (
+                int(pid) == os.getpid() or not _running(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+
 class MetricsSupervisor(Multiprocess):
     """uvicorn's supervisor, which also forgets the live gauges of every worker it replaced
     (died, hung, or restarted on SIGHUP)."""
 
-    def __init__(self, *args: object, metrics_dir: Path, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, config: Config, sockets: list[socket], metrics_dir: Path) -> None:
+        super().__init__(config, sockets)
         self.metrics_dir = metrics_dir
 
     def keep_subprocess_alive(self) -> None:

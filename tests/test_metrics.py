@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.log_repeats import RepeatLimiter
+from api.metrics_dir import PREFIX, private_metrics_dir
 from api.observability import JsonFormatter
 from ledger.version import VERSION
 from runner_assembly.settings import RunnerSettings
@@ -71,6 +73,7 @@ async def test_a_scripted_workload_shows_in_the_gauges(
     assert (await client.post(f"{TASKS}/{cancelled}/cancel", json={})).status_code == 200
     profiles = {task_id: (await client.get(f"{TASKS}/{task_id}")).json().get("backendProfile")
                 or "" for task_id in (*alpha, running, lost, cancelled)}
+    assert profiles[running] == "profile-1", "the profile label carries the task's profile"
 
     answer = await client.get("/metrics")
     assert answer.status_code == 200
@@ -270,3 +273,17 @@ def test_a_repeated_error_is_written_once_a_window_then_with_its_count() -> None
     assert errors[2]["error"] == "TimeoutError: timed out"
     assert len([line for line in lines if line["msg"] == "another warning"]) == 1
     assert len([line for line in lines if line["msg"] == "request"]) == 58
+
+
+def test_a_killed_supervisors_metrics_directory_is_removed_by_the_next(tmp_path: Path) -> None:
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead, mine, alive = (tmp_path / f"{PREFIX}{pid}-x" for pid in (
+        ended.pid, os.getpid(), os.getppid()))
+    for path in (dead, mine, alive):
+        path.mkdir()
+        (path / "counter_1.db").write_bytes(b"")
+    with private_metrics_dir(tmp_path) as fresh:
+        assert fresh.stat().st_mode & 0o777 == 0o700
+        assert sorted(tmp_path.iterdir()) == sorted([alive, fresh])
+    assert list(tmp_path.iterdir()) == [alive]
