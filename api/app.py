@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import asyncpg
@@ -150,15 +151,17 @@ class Services:
 
 def create_app(database_url: str, *, pool_size: int = 10,
                settings: RunnerSettings | None = None,
-               service: ServiceSettings | None = None) -> Litestar:
+               service: ServiceSettings | None = None,
+               metrics_dir: Path | None = None) -> Litestar:
     """The API bound to one database; the pool, ledger writer and dispatcher live with it.
     ``service``: the server's settings (default: read from the environment, as ``svc serve``
-    reads them); ``settings``: the runner's (default: built from ``service``)."""
+    reads them); ``settings``: the runner's (default: built from ``service``);
+    ``metrics_dir``: where the workers of ``svc serve --workers N`` share their counters."""
     service = service or ServiceSettings.from_env()
     runner = settings or service.runner()
     statement_cache = not service.pgbouncer
     relay = RelayAddress.decode(service.ledger_relay)
-    observed = Metrics()
+    observed = Metrics(metrics_dir)
     services = Services(observed, runner)
 
     async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry], *,
@@ -191,13 +194,17 @@ def create_app(database_url: str, *, pool_size: int = 10,
         sessions = services.start(
             pool, runner, orchestration(pool, fence_pool, acting, driver, runner), keys,
             configured_sources(service, keys))
-        background = asyncio.create_task(session_loop(sessions, runner), name="session-loop")
+        background = [asyncio.create_task(session_loop(sessions, runner), name="session-loop")]
+        if observed.shared is not None:
+            background.append(asyncio.create_task(observed.count_periodically(),
+                                                  name="metrics-count"))
         try:
             yield
         finally:
-            background.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await background
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await writer.close()
             for each in (pool, writer_pool, fence_pool):
                 await each.close()

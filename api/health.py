@@ -3,16 +3,21 @@ database does), readiness (``/api/v1/ready``: and every migration is applied), `
 
 from __future__ import annotations
 
+import logging
+
+import asyncpg
 from litestar import Response, get
 
 from api import wire
 from api.access import OPEN
 from api.errors import READ_ERRORS
+from api.metrics_export import figure_families
 from api.params import MetricsDep, PoolDep, QueueDep
 from ledger.errors import LedgerUnavailable
 from ledger.migrate import pending_migrations
 from ledger.version import VERSION
 from projections import queries
+from projections.metrics_queries import ServiceFigures, service_figures
 from runner_assembly.assembly.capability import work_ready_summary
 
 
@@ -49,8 +54,20 @@ async def ready(pool: PoolDep) -> wire.Health:
                        work_ready=work_ready_summary(), migrations="current")
 
 
+SCRAPE_DB_TIMEOUT_S = 5.0
+"""How long a scrape waits for the database's figures (then it answers without them)."""
+log = logging.getLogger("svc.metrics")
+
+
 @get("/metrics", tags=["health"], include_in_schema=False, opt=OPEN)
-async def metrics(metrics: MetricsDep) -> Response[bytes]:
-    """Prometheus metrics."""
-    return Response(content=metrics.render(),
+async def metrics(metrics: MetricsDep, pool: PoolDep) -> Response[bytes]:
+    """Prometheus metrics: the counters (of every worker), and the projections' figures read
+    now (``svc_database_up`` 0 and none of them when the database does not answer)."""
+    figures: ServiceFigures | None = None
+    try:
+        async with pool.acquire(timeout=SCRAPE_DB_TIMEOUT_S) as conn:
+            figures = await service_figures(conn, SCRAPE_DB_TIMEOUT_S)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+        log.warning("metrics: the database did not answer (%s)", type(error).__name__)
+    return Response(content=metrics.render(figure_families(figures)),
                     media_type="text/plain; version=0.0.4; charset=utf-8")

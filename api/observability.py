@@ -5,6 +5,9 @@ Every log line goes through the redaction function; every response carries ``x-r
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import collections
 import contextvars
 import itertools
 import json
@@ -12,12 +15,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
+from api.log_repeats import RepeatLimiter
+from api.metrics_export import Collected, build_families, process_families
 from ledger.redaction import redact_text
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -28,6 +36,9 @@ _request_numbers = itertools.count(1)
 FLUSH_EVERY = 256
 """Answered requests noted before their metrics are counted in one batch (a scrape counts
 every noted request first, so it sees each request answered before it)."""
+SHARED_FLUSH_S = 1.0
+"""With workers sharing their counters: how often a worker counts its noted requests (a
+scrape answered by another worker sees every request answered this long before it)."""
 RequestKey = tuple[str, str, int]
 """Route template, method and status of a request."""
 
@@ -39,10 +50,16 @@ def new_request_id() -> str:
 
 
 class Metrics:
-    """The service's metrics, in a registry of their own (one per app)."""
+    """The service's metrics, in a registry of their own (one per app); with workers sharing
+    ``shared`` (``PROMETHEUS_MULTIPROC_DIR``, which must be set before prometheus-client is
+    imported), in its files, summed over every worker at a scrape."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: Path | None = None) -> None:
+        self.shared = shared
         self.registry = CollectorRegistry()
+        self.workers = Gauge("svc_workers", "API worker processes serving",
+                             registry=self.registry, multiprocess_mode="livesum")
+        self.workers.set(1)
         self.requests = Counter("svc_http_requests", "HTTP requests by route and status",
                                 ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("svc_http_request_duration_seconds", "HTTP request latency",
@@ -67,26 +84,54 @@ class Metrics:
             self.count_requests()
 
     def count_requests(self) -> None:
-        """Count the noted requests: their latencies, and one increment per (route, method,
-        status); the metric children of each are looked up once per process."""
+        """Count the noted requests: per (route, method, status), one increment of its
+        counter and one of each latency bucket it touched (:func:`observe_all`); the metric
+        children of each are looked up once per process."""
         noted, self._noted = self._noted, []
-        counts: dict[RequestKey, int] = {}
+        latencies: dict[RequestKey, list[float]] = {}
         for key, elapsed in noted:
+            latencies.setdefault(key, []).append(elapsed)
+        for key, amounts in latencies.items():
             children = self._children.get(key)
             if children is None:
                 route, method, status = key
                 children = self._children[key] = (
                     self.requests.labels(route, method, str(status)),
                     self.latency.labels(route, method))
-            children[1].observe(elapsed)
-            counts[key] = counts.get(key, 0) + 1
-        for key, count in counts.items():
-            self._children[key][0].inc(count)
+            children[0].inc(len(amounts))
+            observe_all(children[1], amounts)
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition (every noted request counted)."""
+    def render(self, *extra: Iterable[Metric]) -> bytes:
+        """The Prometheus text exposition (every noted request counted): the counters (of
+        every worker when shared), the build, the process metrics, and ``extra`` families."""
         self.count_requests()
-        return generate_latest(self.registry)
+        if self.shared is None:
+            counters: Iterable[Metric] = self.registry.collect()
+        else:
+            collector = MultiProcessCollector(None, path=str(self.shared))  # type: ignore[no-untyped-call]
+            counters = collector.collect()  # type: ignore[no-untyped-call]
+        return generate_latest(Collected(counters, build_families(),
+                                         process_families(self.shared), *extra))
+
+    async def count_periodically(self) -> None:
+        """With shared counters: count the noted requests every :data:`SHARED_FLUSH_S`
+        (another worker's scrape cannot ask this one to); runs until cancelled."""
+        while True:
+            await asyncio.sleep(SHARED_FLUSH_S)
+            if self._noted:
+                self.count_requests()
+
+
+def observe_all(histogram: Histogram, amounts: list[float]) -> None:
+    """``histogram.observe`` of every amount, in one update per bucket touched and one of the
+    sum (``observe`` makes two per amount: with workers sharing files, each a locked write).
+    It uses the library's own attributes, which ``observe`` itself updates."""
+    bounds = histogram._upper_bounds
+    buckets = histogram._buckets
+    for index, count in collections.Counter(
+            bisect.bisect_left(bounds, amount) for amount in amounts).items():
+        buckets[index].inc(count)
+    histogram._sum.inc(sum(amounts))
 
 
 def _given_request_id(scope: Scope) -> str | None:
@@ -146,12 +191,21 @@ def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
     return wrap
 
 
+def rfc3339(record: logging.LogRecord) -> str:
+    """The record's time in RFC 3339, UTC, with milliseconds (``2026-11-28T02:10:00.123Z``)."""
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z")
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, redacted message, request id, fields."""
+    """One JSON object per line: time (:func:`rfc3339`), level, logger, redacted message,
+    request id, fields; with an exception, its last line (``error``) and its whole trace
+    (``trace``), newlines escaped inside the one line; ``repeated`` when lines like it were
+    held back (:class:`api.log_repeats.RepeatLimiter`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+            "ts": rfc3339(record), "level": record.levelname,
             "logger": record.name, "msg": redact_text(record.getMessage()),
             "requestId": REQUEST_ID.get(),
         }
@@ -160,14 +214,23 @@ class JsonFormatter(logging.Formatter):
             line.update({k: redact_text(v) if isinstance(v, str) else v
                          for k, v in fields.items()})
         if record.exc_info:
-            line["error"] = redact_text(self.formatException(record.exc_info).splitlines()[-1])
+            trace = redact_text(self.formatException(record.exc_info))
+            line["error"] = trace.splitlines()[-1]
+            line["trace"] = trace
+        if record.stack_info:
+            line["stack"] = redact_text(self.formatStack(record.stack_info))
+        repeated = getattr(record, "repeated", None)
+        if repeated:
+            line["repeated"] = repeated
+            line["msg"] = f"{line['msg']} (repeated {repeated} times since the last such line)"
         return json.dumps(line)
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """Structured JSON logs on standard error for the whole process."""
+    """Structured JSON logs on standard error for the whole process, repeats held back."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(RepeatLimiter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -19,11 +19,13 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Unpack
 
 from litestar import Litestar
 from uvicorn.config import Config
 
+from api.metrics_export import MULTIPROC_ENV
 from api.server import ServeOptions, connection_cap, protocol_class, raise_fd_limit
 from api.settings import ServiceSettings
 
@@ -37,7 +39,9 @@ def create(settings: bytes) -> Litestar:
     service = ServiceSettings.decode(settings)
     configure_logging(service.log_level.upper())
     assert service.database_url is not None, "svc serve hands its workers the database"
-    return create_app(service.database_url, settings=service.runner(), service=service)
+    shared = os.environ.get(MULTIPROC_ENV)  # set by the supervisor: counters in its files
+    return create_app(service.database_url, settings=service.runner(), service=service,
+                      metrics_dir=Path(shared) if shared else None)
 
 
 PR_SET_PDEATHSIG = 1
@@ -83,16 +87,24 @@ class WorkerConfig(Config):
 
 
 def supervise(settings: ServiceSettings, **options: Unpack[ServeOptions]) -> bool:
-    """Serve the workers with uvicorn's supervisor until SIGTERM or SIGINT stops every one;
-    False when a worker could not start (all were stopped)."""
+    """Serve the workers with uvicorn's supervisor until SIGTERM or SIGINT stops every one,
+    their metrics shared (:mod:`api.metrics_dir`); False when a worker could not start (all
+    were stopped)."""
     from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors.multiprocess import Multiprocess
+
+    from api.metrics_dir import MetricsSupervisor, private_metrics_dir
 
     # The workers share one listening socket, and libuv accepts every pending connection
     # at once: whichever worker woke first took them all (a keep-alive client stays with
     # it). One accept per wake-up spreads connections made together across the workers.
     os.environ.setdefault("UV_TCP_SINGLE_ACCEPT", "1")
-    config = WorkerConfig(settings, **options)
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-    supervisor.run()
+    with private_metrics_dir() as metrics_dir:  # one view of the counters from any worker
+        os.environ[MULTIPROC_ENV] = str(metrics_dir)  # the workers inherit it when spawned
+        try:
+            config = WorkerConfig(settings, **options)
+            supervisor = MetricsSupervisor(config, sockets=[config.bind_socket()],
+                                           metrics_dir=metrics_dir)
+            supervisor.run()
+        finally:
+            os.environ.pop(MULTIPROC_ENV, None)
     return not any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes)
