@@ -99,9 +99,12 @@ class QueueApi:
 
     def _submit_command(self, body: wire.SubmitBody,
                         idempotency_key: str | None) -> SubmitTask:
-        return intake.submit_command(msgspec.to_builtins(body), actor=acting_as(ACTOR),
-                                     idempotency_key=idempotency_key,
-                                     default_profile=self.settings.default_profile)
+        """The submit command, once the tenant's secret grants allow its contract."""
+        command = intake.submit_command(msgspec.to_builtins(body), actor=acting_as(ACTOR),
+                                        idempotency_key=idempotency_key,
+                                        default_profile=self.settings.default_profile)
+        self.queue.planner.check_grants(command.contract)
+        return command
 
     async def preview_submit(self, body: wire.SubmitBody,
                              idempotency_key: str | None = None) -> SubmitAnswer:
