@@ -80,11 +80,17 @@ def check_repository(defaults: RuntimeDefaults, tenant: str, name: str, namespac
     use = "repository credential"
     _check_own(tenant, use, name, namespace, service_namespace)
     policy = _policy(defaults, tenant, use, name)
-    grant = next((g for g in policy.repositoryCredentials if g.secret == name), None)
-    if grant is None:
+    if not any(g.secret == name for g in policy.repositoryCredentials):
         raise denied(f"tenant {tenant!r}: {use} secret {name} is not granted by the tenant "
                      "policy")
-    check_sent(fetch_url, grant.hosts, name)
+    check_sent(fetch_url, granted_hosts(defaults, tenant, name), name)
+
+
+def granted_hosts(defaults: RuntimeDefaults, tenant: str, name: str) -> list[str]:
+    """Every host the tenant's grants of repository secret ``name`` list (none: no grant)."""
+    policy = defaults.tenantPolicies.get(tenant)
+    found = policy.repositoryCredentials if policy is not None else []
+    return [host for grant in found if grant.secret == name for host in grant.hosts]
 
 
 def check_sent(fetch_url: str, hosts: list[str], name: str) -> None:

@@ -112,7 +112,7 @@ class Resolver:
         endpoint_defaults = self._endpoint_defaults(scope, transient_env)
         secrets = [self._profile_secret(backend_profile, scope)]
         secrets += self._tool_secrets(scope)
-        repository = self._repository_secret(contract.get("tenantId", ""), bundle)
+        repository = self._repository_secret(str(contract.get("tenantId", "")), bundle)
         if repository is not None:
             secrets.append(self._checked(repository))
         workspace = contract.get("workspaceRef") or {}
@@ -169,11 +169,10 @@ class Resolver:
         ref = (bundle or {}).get("credentialRef")
         if not ref:
             return None
-        policy = self.defaults.tenantPolicies[tenant]  # granted: checked before
-        hosts = next(g.hosts for g in policy.repositoryCredentials if g.secret == ref["name"])
         return SecretUse(role="repository", projection="fetch-only",
                          namespace=ref.get("namespace", self.namespace), name=ref["name"],
-                         keys=ref["keys"], hosts=list(hosts))
+                         keys=ref["keys"],
+                         hosts=grants.granted_hosts(self.defaults, tenant, ref["name"]))
 
     def _tool_secrets(self, scope: SecretScope) -> list[SecretUse]:
         uses = []
