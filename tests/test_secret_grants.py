@@ -321,3 +321,52 @@ def test_a_defaults_file_with_an_unclear_grant_does_not_load(
         "repositoryCredentials": [{"secret": "acme-repo", "hosts": ["git.acme.example"]}]}}}))
     assert load_defaults(str(path)).tenantPolicies["acme"].repositoryCredentials[0].hosts == [
         "git.acme.example"]
+
+
+EVENTS = "/api/v1/namespaces/svc-v01/events"
+
+
+def pending_pod() -> dict[str, Any]:
+    """The job's pod, pending: its containers wait for their volumes."""
+    return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "metadata": {"name": "p-job", "labels": {"svc/runner-job-id": "job_01abc"}},
+        "status": {"phase": "Pending", "initContainerStatuses": [{
+            "name": "assemble", "image": "i", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]}}]}
+
+
+def events(*found: tuple[str, str, str]) -> dict[str, Any]:
+    """An event list: (pod, reason, message) each."""
+    return {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": [
+        {"metadata": {"name": f"e{i}", "namespace": "svc-v01"}, "reason": reason,
+         "message": message, "involvedObject": {"kind": "Pod", "name": pod}}
+        for i, (pod, reason, message) in enumerate(found)]}
+
+
+@pytest.mark.parametrize(("listed", "expected"), [
+    (events(("p-job", "FailedMount",
+             'MountVolume.SetUp failed for volume "secret-1" : secret "acme-gh" not found')),
+     ("blocked", "secret-unavailable")),
+    (events(("p-job", "FailedMount", 'MountVolume.SetUp failed for volume "secret-1" : '
+             "references non-existent secret key: GIT_HOST_TOKEN")),
+     ("blocked", "secret-unavailable")),
+    (events(("p-other", "FailedMount", 'secret "acme-gh" not found')), ("running", None)),
+    (events(("p-job", "FailedMount", "timed out waiting for the condition")),
+     ("running", None)),
+    (events(), ("running", None)),
+])
+async def test_a_secret_volume_kubelet_cannot_mount_is_secret_unavailable(
+    kmock: Any, tmp_path: Path, listed: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    """No credential volume is optional: a missing one leaves the pod pending with a
+    ``FailedMount`` event, which the driver reads as ``secret-unavailable`` (and nothing
+    else as that: another pod's event, a mount that is only slow)."""
+    from tests.test_k8s_driver import JOBS, driver_for
+
+    kmock[f"get {JOBS}/svc-v01-job-01abc"] << {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "svc-v01-job-01abc"},
+        "status": {"active": 1}}
+    kmock["get /api/v1/namespaces/svc-v01/pods"] << pending_pod()
+    kmock[f"get {EVENTS}"] << listed
+    seen = await driver_for(kmock).status("job_01abc")
+    assert (seen.state, seen.failure_kind) == expected, seen
