@@ -101,10 +101,14 @@ class QueueApi:
 
     def _submit_command(self, scope: Scope, body: wire.SubmitBody,
                         idempotency_key: str | None) -> SubmitTask:
+        """The submit command, once the body names the caller's tenant and projects and the
+        tenant's secret grants allow its contract."""
         check_body(scope, body.tenant_id, body.project_id)
-        return intake.submit_command(msgspec.to_builtins(body), actor=acting_as(ACTOR),
-                                     idempotency_key=idempotency_key,
-                                     default_profile=self.settings.default_profile)
+        command = intake.submit_command(msgspec.to_builtins(body), actor=acting_as(ACTOR),
+                                        idempotency_key=idempotency_key,
+                                        default_profile=self.settings.default_profile)
+        self.queue.planner.check_grants(command.contract)
+        return command
 
     async def preview_submit(self, scope: Scope, body: wire.SubmitBody,
                              idempotency_key: str | None = None) -> SubmitAnswer:

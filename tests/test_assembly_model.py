@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import msgspec
 import pytest
 
 from ledger.errors import DomainError
 from runner_assembly.assembly import model
 from runner_assembly.assembly.profiles import PROFILE_SECRETS, canonical_profile
+from runner_assembly.settings import RunnerSettings
+from tests.grants_support import granting
 from tests.support import snapshot, task_body
 
 TASKS = "/api/v1/queue/tasks"
@@ -68,6 +72,15 @@ GOOD_POLICIES = [
     {"secretScope": {"providerCredentials": [
         {"name": "svc-v01-provider-profile-1", "keys": ["auth.json", "config.toml"]}]}},
 ]
+
+
+@pytest.fixture
+def runner_settings(runner_settings: RunnerSettings) -> RunnerSettings:
+    """The shared settings, with ``acme`` granted the secrets these contracts name."""
+    policies = granting(*[p["secretScope"]["toolCredentials"][0] for p in GOOD_POLICIES[:3]],
+                        repositories={"repo-read": ["example.org"]})
+    return dataclasses.replace(runner_settings, defaults=msgspec.structs.replace(
+        runner_settings.defaults, tenantPolicies=policies))
 
 
 async def test_a_full_assembly_contract_is_accepted_and_stored(client: Any) -> None:

@@ -23,7 +23,8 @@ from tests.bundles import (
     make_bundle_repo,
 )
 from tests.conftest import app_client
-from tests.support import replay_report, snapshot
+from tests.grants_support import granting
+from tests.support import replay_report, snapshot, task_body
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle, submit
 
 TOKEN_CANARY = "GitHostTokenCanary-5b1e9d"
@@ -32,9 +33,18 @@ TOKEN_CANARY = "GitHostTokenCanary-5b1e9d"
 def settings_for(base: RunnerSettings, **defaults: Any) -> RunnerSettings:
     """The test settings with the reporting backend and the given runtime defaults."""
     python = base.backend_commands["profile-1"][0]
+    defaults.setdefault("tenantPolicies", granted())
     return dataclasses.replace(
         base, backend_commands={**base.backend_commands, "profile-1": backend_command(python)},
         defaults=RuntimeDefaults(**defaults))
+
+
+def granted() -> dict[str, Any]:
+    """The tenant policy of these tests: ``acme`` may use the tool secrets they name."""
+    return granting(credential("git-host-token"), credential("not-there"),
+                    credential("ext", "ext-ssh"),
+                    {"tool": "git-host", "purpose": "git-host-ssh",
+                     "secretRef": {"name": "git-host-ssh"}})
 
 
 async def runner_job(client: Any, task: dict[str, Any]) -> dict[str, Any]:
@@ -290,16 +300,18 @@ async def test_a_missing_tool_secret_is_secret_unavailable(
 async def test_a_tenant_policy_refusal_is_tenant_policy_denied(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
-    from runner_assembly.assembly.defaults import TenantPolicy
+    from runner_assembly.assembly.defaults import TenantPolicy, ToolGrant
 
-    settings = settings_for(runner_settings, tenantPolicies={
-        "acme": TenantPolicy(toolCredentials=["git-host/issues"])})
+    settings = settings_for(runner_settings, tenantPolicies={"acme": TenantPolicy(
+        toolCredentials=[ToolGrant(tool="git-host", purpose="issues", secretNames=["tok"])])})
     write_secret(settings, "tok", {"GIT_HOST_TOKEN": TOKEN_CANARY})
     async with app_client(database_url, settings) as client:
-        task_id = await submit(client, executionPolicy={"secretScope": {
-            "toolCredentials": [credential("tok")]}})
-        await refused_before_any_job(client, settings, database_url, task_id,
-                                     "tenant-policy-denied")
+        before = await snapshot(database_url)  # refused at submit: nothing is stored
+        refused = await client.post(TASKS, json=task_body(executionPolicy={"secretScope": {
+            "toolCredentials": [credential("tok")]}}))
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "tenant-policy-denied"
+        assert await snapshot(database_url) == before and job_dirs(settings) == []
         other = await submit(client, executionPolicy={"secretScope": {"providerCredentials": [
             {"name": "svc-v01-provider-profile-2", "keys": ["auth.json"]}]}})
         await dispatch(client, other)

@@ -23,6 +23,7 @@ from tests.test_secret_hygiene import (
     LAB_CANARY,
     TOOL_CANARY,
     TRANSIENT_CANARY,
+    grants_env,
     leaks,
     plant_secrets,
     policy,
@@ -73,14 +74,15 @@ async def test_careless_backend_leaks_nothing(database_url: str, tmp_path: Path)
     plant_secrets(tmp_path / "data")
     script = tmp_path / "careless.py"
     script.write_text(f"PLAIN = {PLAIN!r}\n{CARELESS}")
-    env = {"SVC_LOG_LEVEL": "DEBUG",
+    env = {"SVC_LOG_LEVEL": "DEBUG", **grants_env(tmp_path),
            "SVC_BACKEND_COMMAND_PROFILE_1": f"{sys.executable} {script}"}
     outputs: list[str] = []
     async with running_api(database_url, tmp_path, env) as api, httpx.AsyncClient() as http:
-        bundle = bundle_ref(repo, credentialRef={"name": "repo-cred",
-                                                 "keys": ["username", "password"]})
+        # no repository credential over file:// (test_secret_grants; test_secret_hygiene
+        # sends it over https)
         task = (await http.post(f"{api}/api/v1/queue/tasks", json=task_body(
-            resourceBundleRef=bundle, executionPolicy=policy("tool-token", "tool-ssh")))).json()
+            resourceBundleRef=bundle_ref(repo),
+            executionPolicy=policy("tool-token", "tool-ssh")))).json()
         dispatched = await http.post(
             f"{api}/api/v1/queue/tasks/{task['taskId']}/dispatch",
             json={"transientEnv": {"LAB_API_KEY": LAB_CANARY, "OWNER_CONTEXT": TRANSIENT_CANARY}})

@@ -24,6 +24,7 @@ from runner_assembly.assembly.names import JOB_SECRET_DIR, TOKEN_FILE
 from runner_assembly.runner import beneath
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
+from tests.grants_support import granting, with_grants
 from tests.support import SECRET_CANARY, TASKS, task_body
 from tests.test_dispatch import dispatch, job_dirs, settle, submit
 from tests.test_driver_conformance import Harness, harness, runner_job_of  # noqa: F401
@@ -63,8 +64,10 @@ def hostile(settings: RunnerSettings) -> RunnerSettings:
 
 @pytest.fixture
 def runner_settings(runner_settings: RunnerSettings) -> RunnerSettings:
-    """Every job of this module runs the hostile backend (with either driver)."""
-    return hostile(runner_settings)
+    """Every job of this module runs the hostile backend (with either driver); ``acme`` may
+    use the volume tool credential of :func:`plant_tool`."""
+    return with_grants(hostile(runner_settings), granting(
+        {"tool": "git-host", "purpose": "deploy", "secretRef": {"name": "tool-ssh"}}))
 
 
 def ref(name: str) -> dict[str, str]:

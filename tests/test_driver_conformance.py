@@ -43,6 +43,7 @@ from runner_assembly.drivers.k8s import api_client
 from runner_assembly.runner.sandbox import _system_args, find_bwrap, python_paths
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
+from tests.grants_support import granting, with_grants
 from tests.support import SECRET_CANARY
 from tests.test_dispatch import TASKS, dispatch, process_alive, settle, submit
 from tests.test_k8s_dispatch import kube  # noqa: F401  (the emulator fixture)
@@ -52,6 +53,10 @@ SESSIONS = "/api/v1/sessions"
 JOBS = "/api/v1/runner/jobs"
 DRIVERS = ("local", "kubernetes")
 LEASE_S, START_S = 5.0, 10.0
+
+
+class MountFailed(Exception):
+    """kubelet cannot mount a pod's volume (a non-optional secret that is missing)."""
 
 
 class Kubelet:
@@ -110,11 +115,16 @@ class Kubelet:
             "metadata": {"name": f"{name}-pod", "namespace": NS,
                          "labels": template["metadata"]["labels"]}})
         folder = self.root / name
-        volumes = {volume["name"]: self.volume(folder, volume) for volume in pod["volumes"]}
-        code = 0
         inits = pod.get("initContainers", [])
         self.states[name] = {c["name"]: {"waiting": {"reason": "PodInitializing"}}
                              for c in [*inits, *pod["containers"]]}
+        try:
+            volumes = {volume["name"]: self.volume(folder, volume)
+                       for volume in pod["volumes"]}
+        except MountFailed as failed:  # the pod stays pending; kubelet says why in an event
+            await self.failed_mount(name, str(failed))
+            return
+        code = 0
         for container in [*inits, *pod["containers"]]:
             if container is pod["containers"][0] and self.start_delay:
                 await self.pod_status(name, container["name"], {"waiting": {
@@ -163,6 +173,17 @@ class Kubelet:
         await asyncio.to_thread(self.core.patch_namespaced_pod, f"{name}-pod", NS, {"status": {
             "phase": phase, "initContainerStatuses": inits, "containerStatuses": [main]}})
 
+    async def failed_mount(self, name: str, message: str) -> None:
+        """What kubelet shows for a volume it cannot mount: the pod pending, its containers
+        waiting, and a ``FailedMount`` event on the pod."""
+        await self.pod_status(name, next(iter(self.states[name])), {"waiting": {
+            "reason": "PodInitializing"}})
+        await asyncio.to_thread(self.core.create_namespaced_event, NS, {
+            "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "FailedMount",
+            "message": message,
+            "metadata": {"name": f"{name}-pod.failedmount", "namespace": NS},
+            "involvedObject": {"kind": "Pod", "name": f"{name}-pod", "namespace": NS}})
+
     def volume(self, folder: Path, volume: dict[str, Any]) -> Path:
         """A pod volume as a directory: emptyDir, Secret items, or the claim's directory."""
         if "persistentVolumeClaim" in volume:
@@ -174,7 +195,8 @@ class Kubelet:
         if source is not None:
             data = self.secret(source["secretName"])
             if data is None and not source.get("optional"):
-                raise AssertionError(f"kubelet: secret {source['secretName']} is missing")
+                raise MountFailed(f'MountVolume.SetUp failed for volume "{volume["name"]}" : '
+                                  f'secret "{source["secretName"]}" not found')
             for item in source.get("items", []):
                 if item["key"] in (data or {}):
                     file = path / item["path"]
@@ -295,7 +317,9 @@ async def harness(request: pytest.FixtureRequest, database_url: str,
                   runner_settings: RunnerSettings, tmp_path: Path) -> AsyncIterator[Harness]:
     """The app on loopback with the driver under test (and its kubelet for kubernetes)."""
     sandbox = "off" if request.node.get_closest_marker("unsandboxed") else "bwrap"
-    settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.3,
+    granted = with_grants(runner_settings,
+                          granting(*ENV_CREDENTIAL["secretScope"]["toolCredentials"]))
+    settings = dataclasses.replace(granted, runner_heartbeat_s=0.3,
                                    runner_lease_s=LEASE_S, runner_start_s=START_S,
                                    local_sandbox=sandbox,
                                    pod_sandbox=sandbox)
@@ -306,7 +330,8 @@ async def harness(request: pytest.FixtureRequest, database_url: str,
         settings = dataclasses.replace(
             settings, driver="kubernetes", kubernetes_api=str(server.url).rstrip("/"),
             defaults=RuntimeDefaults(imageSource=SOURCE, smokeTools=["git"],
-                                     images=[BuiltImage(source=SOURCE, image=IMAGE)]))
+                                     images=[BuiltImage(source=SOURCE, image=IMAGE)],
+                                     tenantPolicies=settings.defaults.tenantPolicies))
         kubelet = Kubelet(server, tmp_path / "node")
     async with app_client(database_url, settings) as client:
         harness = Harness(request.param, settings, client, kubelet)
@@ -426,7 +451,7 @@ async def test_with_the_sandbox_off_the_backend_reads_the_token_and_the_trace_sa
 
 ENV_CREDENTIAL = {"secretScope": {"toolCredentials": [
     {"tool": "ext-ssh", "purpose": "terminal",
-     "secretRef": {"name": "svc-v01-absent", "keys": ["EXT_SSH_CLIENT_TOKEN"]},
+     "secretRef": {"name": "absent-ext-token", "keys": ["EXT_SSH_CLIENT_TOKEN"]},
      "projection": {"kind": "env", "envName": "EXT_SSH_CLIENT_TOKEN"}}]}}
 """A tool credential projected as env whose secret does not exist (kubelet refuses it)."""
 

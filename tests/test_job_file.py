@@ -56,7 +56,7 @@ def full_plan() -> RunnerJobPlan:
         secrets=[SecretUse(role="tool", name="git-host", namespace="svc", keys=["token"],
                            projection="volume", tool="git-host", purpose="pull-request",
                            env_name="GIT_HOST_TOKEN", mount_path="/home/svc/.config/gh",
-                           read_only=False)],
+                           read_only=False, hosts=["git.acme.example"])],
         per_job_secret=PerJobSecret(name="svc-v01-job-01full-env", keys=["LAB_API_KEY"],
                                     owned_by_job=False),
         session_volume=SessionVolume(session_id="ses_1", conversation_id="cnv_1",

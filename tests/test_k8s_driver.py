@@ -35,6 +35,7 @@ from runner_assembly.drivers.protocol import DriverError, JobSpec
 from runner_assembly.runner import pod as pod_runner
 from runner_assembly.runner.sandbox import pod_mounts
 from runner_assembly.settings import RunnerSettings
+from tests.grants_support import granting
 from tests.support import SECRET_CANARY, write_profile_secret
 from tests.test_k8s_manifests import KUBERNETES_VERSION, pod_security_violations
 
@@ -91,6 +92,8 @@ def secrets_root(tmp_path: Path) -> Path:
 
 
 def resolver(tmp_path: Path, **defaults: Any) -> Resolver:
+    defaults.setdefault("tenantPolicies", granting(
+        *contract(tmp_path)["executionPolicy"]["secretScope"]["toolCredentials"]))
     return Resolver(namespace=NS, driver="kubernetes",
                     secrets=FileSecretStore(secrets_root(tmp_path)),
                     defaults=RuntimeDefaults(**defaults), storage_class="local-path",
@@ -350,8 +353,8 @@ async def test_the_token_travels_in_the_secret_only_and_the_job_names_the_servic
         assert not any("token" in arg.lower() for arg in container["command"])
     (job_volume,) = [v for v in pod["volumes"] if v["name"] == "job"]
     assert {"key": "runner-token", "path": "runner-token"} in job_volume["secret"]["items"]
-    assert all(v["secret"].get("optional") for v in pod["volumes"]
-               if "secret" in v and v["name"] != "job"), "a missing secret: the runner says"
+    assert not any(v["secret"].get("optional") for v in pod["volumes"] if "secret" in v), \
+        "a secret the run needs is never optional: a missing one stops the pod (FailedMount)"
     assert not [r for r in kmock if r.method == "GET" and "/secrets" in r.url.path]
 
 

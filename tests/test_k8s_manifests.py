@@ -192,7 +192,8 @@ def test_the_checker_catches_what_restricted_forbids() -> None:
 ALLOWED = {("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
            ("", "secrets"): {"create"},
            ("", "pods"): {"get", "list"},
-           ("", "persistentvolumeclaims"): {"create", "get", "list", "delete"}}
+           ("", "persistentvolumeclaims"): {"create", "get", "list", "delete"},
+           ("", "events"): {"list"}}
 
 
 def test_rbac_grants_nothing_broader_than_jobs_secrets_and_pvcs_in_svc_v01() -> None:

@@ -14,7 +14,8 @@ from urllib.parse import quote
 import httpx
 
 from tests.bundles import bundle_ref, make_bundle_repo
-from tests.conftest import running_api
+from tests.conftest import free_port, running_api
+from tests.grants_support import defaults_file, granting
 from tests.support import SECRET_CANARY, stored_outputs, task_body
 from tests.test_cli import svc
 
@@ -48,6 +49,28 @@ def plant_secrets(data: Path) -> None:
             (folder / key).write_text(value)
 
 
+REPO_HOST = "127.0.0.1"
+"""Where the repository credential is granted (and allowed by ``SVC_FETCH_ALLOW_HOSTS``): a
+closed port there, over https, so the credential goes through the runner and the fetch
+fails."""
+
+
+def grants_env(folder: Path) -> dict[str, str]:
+    """The server's env granting ``acme`` the secrets of :func:`policy` and ``repo-cred``
+    for :data:`REPO_HOST` (a defaults file in ``folder``)."""
+    credentials = policy("tool-token", "tool-ssh", "missing")["secretScope"]
+    path = defaults_file(folder / "runtime-defaults.json", granting(
+        *credentials["toolCredentials"],  # type: ignore[index]
+        repositories={"repo-cred": [REPO_HOST]}))
+    return {"SVC_RUNTIME_DEFAULTS": str(path), "SVC_FETCH_ALLOW_HOSTS": REPO_HOST}
+
+
+def repo_credential_bundle() -> dict[str, object]:
+    """A bundle fetched with ``repo-cred`` from a granted host where nothing listens."""
+    return {"kind": "gitbundle", "repoUrl": f"https://{REPO_HOST}:{free_port()}/acme/r.git",
+            "credentialRef": {"name": "repo-cred", "keys": ["username", "password"]}}
+
+
 def policy(*names: str) -> dict[str, object]:
     credentials = {
         "tool-token": {"tool": "git-host", "purpose": "pull-request",
@@ -69,17 +92,18 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
     repo = make_bundle_repo(tmp_path / "src", tools=("tran", "trans", "apply_patch", "gh"))
     plant_secrets(tmp_path / "data")
     outputs: list[str] = []
-    env = {"SVC_LOG_LEVEL": "DEBUG"}
+    env = {"SVC_LOG_LEVEL": "DEBUG", **grants_env(tmp_path)}
     async with running_api(database_url, tmp_path, env) as api, httpx.AsyncClient() as http:
         async def post(path: str, body: object) -> httpx.Response:
             response = await http.post(f"{api}{path}", json=body)
             outputs.append(response.text)
             return response
 
-        bundle = bundle_ref(repo, credentialRef={"name": "repo-cred",
-                                                 "keys": ["username", "password"]})
+        # a repository credential goes only over https or ssh (test_secret_grants): the
+        # file:// bundle goes without one, the credential with a task of its own below
         good = (await post("/api/v1/queue/tasks", task_body(
-            resourceBundleRef=bundle, executionPolicy=policy("tool-token", "tool-ssh")))).json()
+            resourceBundleRef=bundle_ref(repo),
+            executionPolicy=policy("tool-token", "tool-ssh")))).json()
         transient = json.dumps({"transientEnv": {"LAB_API_KEY": LAB_CANARY,
                                                  "OWNER_CONTEXT": TRANSIENT_CANARY}})
         for args in (("queue", "dispatch", good["taskId"], "--json-stdin", "--dry-run"),
@@ -107,6 +131,17 @@ async def test_no_canary_leaks_anywhere(database_url: str, tmp_path: Path) -> No
             result = svc(*args, api=api)
             assert result.returncode == 0, result.stderr
             outputs += [result.stdout, result.stderr]
+        fetched = (await post("/api/v1/queue/tasks", task_body(
+            resourceBundleRef=repo_credential_bundle()))).json()
+        await post(f"/api/v1/queue/tasks/{fetched['taskId']}/dispatch", {})
+        for _ in range(200):
+            ended = (await post(f"/api/v1/queue/tasks/{fetched['taskId']}/refresh", {})).json()
+            if ended["state"] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert ended["latestAttempt"]["failureKind"] == "bundle-unavailable", ended
+        outputs.append((await http.get(
+            f"{api}/api/v1/runs/{ended['latestAttempt']['runId']}/runner-job")).text)
         missing = (await post("/api/v1/queue/tasks", task_body(
             executionPolicy=policy("missing")))).json()
         failed = await post(f"/api/v1/queue/tasks/{missing['taskId']}/dispatch",

@@ -3,15 +3,14 @@ at assembly ends its run and command records with the blocker (SPEC 5.2 rule 9).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
-from runner_assembly.assembly.defaults import TenantPolicy
 from runner_assembly.settings import RunnerSettings
 from tests import test_assembly_runner as ar
+from tests.grants_support import granting
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle, submit
 from tests.test_trust_gate import ORDINARY
 
@@ -36,14 +35,16 @@ async def test_the_backend_reads_the_prompt_byte_identical(
 async def test_a_run_blocked_at_assembly_ends_with_its_blocker(
     database_url: str, runner_settings: RunnerSettings, kind: str
 ) -> None:
-    policies = ({"acme": TenantPolicy(toolCredentials=["git-host/issues"])}
-                if kind == "tenant-policy-denied" else {})
-    settings = ar.settings_for(runner_settings, tenantPolicies=policies)
+    settings = ar.settings_for(runner_settings)
     ar.write_secret(settings, "tok", {"GIT_HOST_TOKEN": ar.TOKEN_CANARY})
-    name = "tok" if kind == "tenant-policy-denied" else "not-there"
+    # an ungranted tool secret is refused at submit (test_secret_grants); another profile's
+    # provider secret is refused at assembly
+    scope = ({"providerCredentials": [{"name": "svc-v01-provider-profile-2",
+                                       "keys": ["auth.json"]}]}
+             if kind == "tenant-policy-denied"
+             else {"toolCredentials": [ar.credential("not-there")]})
     async with ar.app_client(database_url, settings) as client:
-        task_id = await submit(client, executionPolicy={"secretScope": {
-            "toolCredentials": [ar.credential(name)]}})
+        task_id = await submit(client, executionPolicy={"secretScope": scope})
         await dispatch(client, task_id)
         task = (await client.get(f"{TASKS}/{task_id}")).json()
         job = await ar.runner_job(client, task)
@@ -63,8 +64,19 @@ async def test_a_run_blocked_at_assembly_ends_with_its_blocker(
 
 
 async def test_a_command_blocked_at_assembly_is_refused_with_its_blocker(
-    client: Any, database_url: str, tmp_path: Path
+    database_url: str, runner_settings: RunnerSettings
 ) -> None:
+
+    # a run-base command runs with its session's tenant: the caller's ("" for a key of
+    # every tenant before tenant scoping)
+    policies = {tenant: policy for each in ("acme", "", "*")
+                for tenant, policy in granting(ar.credential("not-there"), tenant=each).items()}
+    settings = ar.settings_for(runner_settings, tenantPolicies=policies)
+    async with ar.app_client(database_url, settings) as client:
+        await command_blocked_at_assembly(client, database_url)
+
+
+async def command_blocked_at_assembly(client: Any, database_url: str) -> None:
     from tests.support import snapshot
 
     created = await client.post("/api/v1/sessions", json={"runBase": {"executionPolicy": {

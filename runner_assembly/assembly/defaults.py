@@ -2,8 +2,10 @@
 
 It holds what a caller may never pass: the default environment image source, the images
 already built for environment identities, the mirror of the main public code host, the
-non-secret ``ext-ssh`` endpoints, tenant policies for tool credentials, the smoke-check tool
-list and the prompt size caps. Without a file every field takes its default below.
+non-secret ``ext-ssh`` endpoints, the tenant policies (which tool and repository secrets each
+tenant may reference, by name per use: DESIGN 12), the smoke-check tool list and the prompt
+size caps. Without a file every field takes its default below (no tenant may reference any
+tool or repository secret).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from runner_assembly.assembly.model import DigestImage, ImageSource, Strict
+from runner_assembly.assembly.fetch_policy import split_host
+from runner_assembly.assembly.model import DigestImage, ImageSource, K8sName, Strict
 
 SPEC_SMOKE_TOOLS = ("bun", "node", "npm", "git", "ssh", "gh", "rg", "curl", "kubectl")
 """SPEC 8: what every runner image must have (``gh`` is the code-host CLI)."""
@@ -37,10 +40,36 @@ class Mirror(Strict, frozen=True):
     host: str = "github.com"
 
 
-class TenantPolicy(Strict, frozen=True):
-    """Which tool credentials (``tool/purpose``) a tenant's runs may use."""
+Host = Annotated[str, Meta(min_length=1, max_length=260)]
+"""``host`` or ``host:port`` (``[v6]``, ``[v6]:port``), as ``SVC_FETCH_ALLOW_HOSTS`` writes
+them."""
 
-    toolCredentials: list[str] = msgspec.field(default_factory=list)
+
+class ToolGrant(Strict, frozen=True):
+    """The secrets a tenant may use for one tool and purpose."""
+
+    tool: Annotated[str, Meta(min_length=1)]
+    purpose: Annotated[str, Meta(min_length=1)]
+    secretNames: Annotated[list[K8sName], Meta(min_length=1)]
+
+
+class RepositoryGrant(Strict, frozen=True):
+    """A repository secret a tenant may use, and the hosts it may be sent to."""
+
+    secret: K8sName
+    hosts: Annotated[list[Host], Meta(min_length=1)]
+
+    def __post_init__(self) -> None:
+        """Every host is ``host[:port]`` (a ``ValueError`` fails the file's decoding)."""
+        for host in self.hosts:
+            split_host(host)
+
+
+class TenantPolicy(Strict, frozen=True):
+    """Which tool and repository secrets a tenant's runs may reference, by name per use."""
+
+    toolCredentials: list[ToolGrant] = msgspec.field(default_factory=list)
+    repositoryCredentials: list[RepositoryGrant] = msgspec.field(default_factory=list)
 
 
 class RuntimeDefaults(Strict, frozen=True):
@@ -51,7 +80,6 @@ class RuntimeDefaults(Strict, frozen=True):
     mirror: Mirror | UnsetType = UNSET
     extSshEndpoints: dict[str, str] = msgspec.field(default_factory=dict)
     tenantPolicies: dict[str, TenantPolicy] = msgspec.field(default_factory=dict)
-    defaultTenantPolicy: TenantPolicy | UnsetType = UNSET
     smokeTools: list[str] | UnsetType = UNSET
     promptMaxBytes: Bytes = 64 * 1024
     promptsMaxTotalBytes: Bytes = 256 * 1024

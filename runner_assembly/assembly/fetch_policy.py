@@ -41,7 +41,7 @@ METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
     "168.63.129.16", "fd00:ec2::254", "fd00:ec2::23"))
 """Cloud instance metadata and agent endpoints (AWS, ECS, Alibaba, Azure), besides the
 link-local range."""
-_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@(?P<host>[A-Za-z0-9.-]+):[^/\s][^\s]*$")
+SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@(?P<host>[A-Za-z0-9.-]+):[^/\s][^\s]*$")
 _RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="svc-dns")
 
 
@@ -56,7 +56,7 @@ class Target:
 
 def target(url: str) -> Target | None:
     """The target of ``url`` (None: not a URL this service fetches)."""
-    scp = _SCP_LIKE.match(url)
+    scp = SCP_LIKE.match(url)
     if scp:
         return Target(host=_plain(scp.group("host")), port=22, path="")
     try:

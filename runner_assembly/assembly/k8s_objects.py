@@ -9,9 +9,11 @@
   protocol to the manager's Service (``SVC_RUNNER_API_URL`` in the Job's env) with the job's
   token, mounted from the per-job Secret as a file; the ``backend`` container's runner starts
   the backend under bwrap without that mount (:func:`runner_assembly.runner.pod.sandboxed`),
-  so the backend cannot read the token. Referenced secrets are mounted
-  ``optional``: the runner reports a missing one as ``secret-unavailable`` (an env reference
-  stays required: kubelet's ``CreateContainerConfigError``, mapped by the driver).
+  so the backend cannot read the token. Only secrets the plan names are mounted, and only
+  after the tenant's grants passed (:mod:`runner_assembly.assembly.grants`); none is
+  ``optional``: a missing one stops the pod (kubelet's ``FailedMount``, or
+  ``CreateContainerConfigError`` for an env reference), which the driver maps to
+  ``secret-unavailable``.
 
 The Job object carries no secret value: only names, keys, paths, ids and the manager's URL.
 """
@@ -153,7 +155,7 @@ def _volumes(plan: RunnerJobPlan,
             continue
         name = f"secret-{index}"
         volumes.append({"name": name, "secret": {
-            "secretName": use.name, "defaultMode": 0o400, "optional": True,
+            "secretName": use.name, "defaultMode": 0o400,
             "items": [{"key": key, "path": key} for key in use.keys]}})
         if use.projection == "volume":
             backend.append({"name": name, "mountPath": use.mount_path, "readOnly": True})

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ledger.states import FailureKind
-from runner_assembly.assembly import fetch_policy
+from runner_assembly.assembly import fetch_policy, grants
 from runner_assembly.assembly.defaults import RuntimeDefaults
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.model import EXT_SSH_ENDPOINTS, ImageSource, SecretScope
@@ -33,6 +33,15 @@ from runner_assembly.contract.plan import (
 )
 
 SESSION_VOLUME_SIZE = "1Gi"
+
+
+def _scope(contract: dict[str, Any]) -> SecretScope:
+    return msgspec.convert(
+        (contract.get("executionPolicy") or {}).get("secretScope") or {}, SecretScope)
+
+
+def _namespace(value: str | msgspec.UnsetType, default: str) -> str:
+    return value if isinstance(value, str) else default
 
 
 class Assembly(msgspec.Struct, kw_only=True, rename="camel"):
@@ -97,17 +106,15 @@ class Resolver:
     def resolve(self, contract: dict[str, Any], backend_profile: str,
                 transient_env: Mapping[str, str]) -> Assembly:
         """The assembly of one run, or :class:`AssemblyFailure` naming the failed element."""
-        scope = msgspec.convert(
-            (contract.get("executionPolicy") or {}).get("secretScope") or {}, SecretScope)
+        scope = _scope(contract)
         bundle = contract.get("resourceBundleRef")
+        self.check_grants(contract)
         endpoint_defaults = self._endpoint_defaults(scope, transient_env)
         secrets = [self._profile_secret(backend_profile, scope)]
-        secrets += self._tool_secrets(contract.get("tenantId", ""), scope)
-        if bundle and bundle.get("credentialRef"):
-            secrets.append(self._checked(SecretUse(
-                role="repository", projection="fetch-only",
-                namespace=bundle["credentialRef"].get("namespace", self.namespace),
-                name=bundle["credentialRef"]["name"], keys=bundle["credentialRef"]["keys"])))
+        secrets += self._tool_secrets(scope)
+        repository = self._repository_secret(str(contract.get("tenantId", "")), bundle)
+        if repository is not None:
+            secrets.append(self._checked(repository))
         workspace = contract.get("workspaceRef") or {}
         return Assembly(
             backend_profile=backend_profile, image=self._image(),
@@ -139,21 +146,43 @@ class Resolver:
                                        namespace=self.namespace, name=secret.name,
                                        keys=list(secret.keys)))
 
-    def _tool_secrets(self, tenant: str, scope: SecretScope) -> list[SecretUse]:
-        policy = self.defaults.tenantPolicies.get(tenant, self.defaults.defaultTenantPolicy)
+    def check_grants(self, contract: dict[str, Any]) -> None:
+        """``tenant-policy-denied`` for a tool or repository secret the contract's tenant is
+        not granted for its use, or a repository credential that would be sent to a host or
+        over a transport its grant does not allow (:mod:`grants`); no secret is looked at."""
+        tenant = str(contract.get("tenantId", ""))
+        for credential in _scope(contract).toolCredentials:
+            secret = credential.secretRef
+            grants.check_tool(self.defaults, tenant, credential.tool, credential.purpose,
+                              secret.name, _namespace(secret.namespace, self.namespace),
+                              self.namespace)
+        bundle = contract.get("resourceBundleRef") or {}
+        ref = bundle.get("credentialRef")
+        if ref:
+            grants.check_repository(
+                self.defaults, tenant, ref["name"], ref.get("namespace", self.namespace),
+                self.namespace, mirror_fetch(bundle["repoUrl"], self.defaults).fetch_repo_url)
+
+    def _repository_secret(self, tenant: str,
+                           bundle: dict[str, Any] | None) -> SecretUse | None:
+        """The bundle's repository credential with the hosts it may be sent to."""
+        ref = (bundle or {}).get("credentialRef")
+        if not ref:
+            return None
+        return SecretUse(role="repository", projection="fetch-only",
+                         namespace=ref.get("namespace", self.namespace), name=ref["name"],
+                         keys=ref["keys"],
+                         hosts=grants.granted_hosts(self.defaults, tenant, ref["name"]))
+
+    def _tool_secrets(self, scope: SecretScope) -> list[SecretUse]:
         uses = []
         for credential in scope.toolCredentials:
-            scoped = f"{credential.tool}/{credential.purpose}"
-            if not isinstance(policy, msgspec.UnsetType) and scoped not in policy.toolCredentials:
-                raise AssemblyFailure(FailureKind.TENANT_POLICY_DENIED,
-                                      f"tool credential {scoped} is not permitted for the tenant")
             projection = credential.projection
             env_name = getattr(projection, "envName", None)
             uses.append(self._checked(SecretUse(
                 role="tool", tool=credential.tool, purpose=credential.purpose,
                 name=credential.secretRef.name, keys=list(credential.secretRef.keys),
-                namespace=credential.secretRef.namespace
-                if isinstance(credential.secretRef.namespace, str) else self.namespace,
+                namespace=_namespace(credential.secretRef.namespace, self.namespace),
                 projection="env" if env_name else "volume", env_name=env_name,
                 mount_path=getattr(projection, "mountPath", None))))
         return uses

@@ -26,6 +26,9 @@ class SecretUse(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"
     env_name: str | None = None
     mount_path: str | None = None
     read_only: bool = True
+    hosts: list[str] | None = None
+    """A repository credential's granted hosts (``host[:port]``): the runner sends it to
+    no other host, and only over ``https`` or ``ssh``."""
 
 
 class ImageResolution(msgspec.Struct, kw_only=True, rename="camel"):

@@ -12,10 +12,11 @@ caller, only the status code.
 
 The runner reports its outcome through the runner protocol; :meth:`KubernetesDriver.status`
 is the fallback for a runner that could not: the pod's status (kubelet's
-``CreateContainerConfigError`` for a missing secret or key: ``secret-unavailable``) and the
-runner's termination message (its failure kind). While no runner can beat (the pod between
-containers: an image pull) it also tells when it last saw the job alive, which the lease
-honours (``SVC_RUNNER_START_S``). Cancel deletes the Job in the foreground.
+``CreateContainerConfigError`` for a missing secret or key, or a ``FailedMount`` event for a
+missing secret volume: ``secret-unavailable``) and the runner's termination message (its
+failure kind). While no runner can beat (the pod between containers: an image pull) it also
+tells when it last saw the job alive, which the lease honours (``SVC_RUNNER_START_S``).
+Cancel deletes the Job in the foreground.
 """
 
 from __future__ import annotations
@@ -173,10 +174,35 @@ class KubernetesDriver:
         return self._pod_view(runner_job_id)
 
     def _pod_view(self, runner_job_id: str) -> JobStatus:
-        """A Job still on: its pods' fallback outcome, else running, with the sign of life
-        its pods show."""
+        """A Job still on: its pods' fallback outcome (kubelet's refusal to mount a secret
+        included), else running, with the sign of life its pods show."""
         pods = self._pods(runner_job_id)
-        return _pod_fallback(pods) or JobStatus(JobState.RUNNING, alive_at=pods_alive_at(pods))
+        return _pod_fallback(pods) or self._mount_refusal(pods) \
+            or JobStatus(JobState.RUNNING, alive_at=pods_alive_at(pods))
+
+    def _mount_refusal(self, pods: list[Any] | None) -> JobStatus | None:
+        """``secret-unavailable`` when kubelet reports (a ``FailedMount`` event on a pending
+        pod) that a secret volume the job needs, or one of its keys, is missing: credential
+        volumes are never ``optional`` (DESIGN 12)."""
+        for pod in pods or []:
+            if getattr(pod.status, "phase", None) not in (None, "Pending"):
+                continue
+            name = pod.metadata.name
+            try:
+                events = self.core.list_namespaced_event(
+                    self.namespace, field_selector=f"involvedObject.name={name}",
+                    _request_timeout=self.request_timeout)
+            except (ApiException, urllib3.exceptions.HTTPError):
+                return None
+            for event in events.items or []:
+                involved = getattr(event, "involved_object", None)
+                if getattr(involved, "name", None) == name and event.reason == "FailedMount" \
+                        and MISSING_MOUNT.search(event.message or ""):
+                    return JobStatus(JobState.BLOCKED,
+                                     failure_kind=FailureKind.SECRET_UNAVAILABLE,
+                                     failure_message="kubelet could not mount a secret the "
+                                     "runner job needs: a referenced secret or key is missing")
+        return None
 
     def _pods(self, runner_job_id: str) -> list[Any] | None:
         """The job's pods (None: the API did not answer)."""
@@ -276,6 +302,10 @@ def pods_alive_at(pods: list[Any] | None) -> datetime | None:
     return max(started, default=None)
 
 
+MISSING_MOUNT = re.compile(r'secret "[^"]*" not found|non-existent secret key|'
+                           r'couldn\'t find key \S+ in Secret')
+"""kubelet's words (``FailedMount`` events) for a secret volume, or an item's key, that is
+missing."""
 MISSING_SECRET = re.compile(r'secret "[^"]*" not found|couldn\'t find key \S+ in Secret')
 """kubelet's words for a missing secret or key; its other configuration errors (a secret
 cache that timed out, ``runAsNonRoot`` against a root image) are not a missing secret, and

@@ -81,6 +81,7 @@ class Dispatcher:
         """Reserve a new attempt under ``key`` (or find the one it reserved), materialise it:
         its id and whether the key had already reserved it (a replay)."""
         facts = await self.reader.facts(task_id)
+        self.planner.check_grants(facts.contract)
         await self.check_session(facts)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         outcome = await self.writer.execute(command, ACTOR)
@@ -96,6 +97,7 @@ class Dispatcher:
         """What retrying under ``key`` would reserve (or replay), whether the stored
         contract still matches its hash, and the job the attempt would get."""
         facts = await self.reader.facts(task_id)
+        self.planner.check_grants(facts.contract)
         await self.check_session(facts)
         command = RetryTask(task_id, key, reason, self._new_ids(facts, None))
         outcome = await self.writer.plan(command)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
+from ledger.errors import Refused
 from ledger.task import AttemptIds
 from projections.orchestration_queries import JobIdentity
 from runner_assembly.assembly import fetch_policy
@@ -48,8 +50,20 @@ class JobPlanner:
     resolver: Resolver
 
     def check_env(self, facts: TaskFacts, transient_env: dict[str, str]) -> None:
-        """Refuse forbidden ``transientEnv`` names, or ``ext-ssh`` with no endpoint."""
+        """Refuse, before anything is reserved, forbidden ``transientEnv`` names, ``ext-ssh``
+        with no endpoint, and a secret the task's tenant is not granted
+        (:meth:`check_grants`)."""
         check_transient_env(transient_env, facts.contract, self.settings.defaults)
+        self.check_grants(facts.contract)
+
+    def check_grants(self, contract: dict[str, Any]) -> None:
+        """``tenant-policy-denied`` (a :class:`Refused`) for a tool or repository secret the
+        contract's tenant is not granted for its use (DESIGN 12)."""
+        try:
+            self.resolver.check_grants(contract)
+        except AssemblyFailure as failure:
+            raise Refused(failure.kind, failure.message, tenantId=contract.get("tenantId"),
+                          **failure.details) from None
 
     async def plan(self, facts: TaskFacts, ids: Ids, transient_env: dict[str, str],
                    thread_id: str | None = None) -> RunnerJobPlan:

@@ -142,7 +142,9 @@ class SessionCommands:
                              task.resource_bundle_ref, task.session_ref, contract)
         base = run.base or {}
         ref = {"sessionId": run.session_id, "conversationId": run.conversation_id}
-        contract = {**base, "payload": payload, "sessionRef": ref}
+        session = await self.turns.row(run.session_id)  # its tenant's grants apply
+        contract = {**base, "payload": payload, "sessionRef": ref,
+                    "tenantId": session.tenant_id if session is not None else ""}
         return TaskFacts("", run.backend_profile, command.prompt,
                          base.get("resourceBundleRef"), ref, contract)
 

@@ -126,8 +126,10 @@ class Assembler:
 
         layout, job = self.layout, self.job
         self._step("materialize-bundle")
+        fetch_of = {f.repo_url: f.fetch_repo_url for f in summary.fetches}
         made = bundle.materialize(summary, layout, projection.repository_credential(
-            self.plan.secrets, self.secrets), job.fetch_allow)
+            self.plan.secrets, self.secrets, fetch_of.get(summary.repo_url, summary.repo_url)),
+            job.fetch_allow)
         self._record_bundle(summary, made)
         self._step("validate-required-skills")
         bundle.check_required_skills(made, summary.required_skills)

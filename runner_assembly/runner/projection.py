@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ledger.states import FailureKind
+from runner_assembly.assembly import grants
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.contract.plan import SecretUse
 from runner_assembly.runner import beneath
@@ -105,11 +106,14 @@ def project_tools(secrets: list[SecretUse], source: SecretSource,
     return env
 
 
-def repository_credential(secrets: list[SecretUse], source: SecretSource) -> Path | None:
-    """The repository credential's directory, used by git's askpass only."""
+def repository_credential(secrets: list[SecretUse], source: SecretSource,
+                          fetch_url: str) -> Path | None:
+    """The repository credential's directory, used by git's askpass only, once the fetch
+    it goes with (``fetch_url``) is to a granted host over ``https`` or ``ssh``."""
     use = next((s for s in secrets if s.role == "repository"), None)
     if use is None:
         return None
+    grants.check_sent(fetch_url, use.hosts or [], use.name)
     source.register(use)
     return source.folder(use)
 
