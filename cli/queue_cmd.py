@@ -235,11 +235,25 @@ def list_tasks(
 
 
 @queue_app.command
-def show(task_id: str, *, api: ApiOptions | None = None,
-         output: render.OutputOptions | None = None) -> int:
+def show(task_id: str, *, watch: Annotated[bool, Parameter(
+        name=["--watch", "-w"],
+        help="Print each new version of the task (a higher changeSeq) as it comes, one line "
+             "each (--raw: one JSON object a line), until it is completed, cancelled, failed "
+             "or blocked; goes on across server restarts; Ctrl-C stops (exit 130).")] = False,
+         api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
     """Show one task: state, summary, latest attempt and session path (with --full, every
-    field, then the judge runs of its attempts)."""
+    field, then the judge runs of its attempts).
+
+    Example: svc queue show tsk_… --watch
+
+    A watch ends at completed, cancelled, failed or blocked (a failed or blocked task
+    changes again only by a retry or a cancel); its exit status is 0 whatever the state.
+    """
     options, shown = api or ApiOptions(), output or render.OutputOptions()
+    if watch:
+        from cli.follow import Task, follow
+
+        return follow(options, Task(options, _task_path(task_id), shown))
     status = respond(lambda: call(options, "GET", _task_path(task_id)), shown,
                      wire.TaskDetail, render.task_summary)
     if status != 0 or not shown.full:

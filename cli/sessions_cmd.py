@@ -13,9 +13,9 @@ from cyclopts import App, Parameter
 
 from api import session_wire as sw
 from api.wire import Prompt
+from cli import follow as following
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
-from cli.follow import follow_lines
 from cli.queue_cmd import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
 from ledger.states import SessionFilter
 
@@ -80,7 +80,9 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
            follow: bool = False) -> int:
     options = api or ApiOptions()
     if follow:
-        return follow_lines(options, channel, _path(session_id, channel), after_seq, limit)
+        raw = bool(output and output.raw)
+        return following.follow(options, following.Lines(
+            options, channel, _path(session_id, channel), after_seq, limit, raw))
     if not every:
         return respond(lambda: call(options, "GET", _path(session_id, channel),
                                     params={"afterSeq": after_seq, "limit": limit}),
