@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-import msgspec
-
 from api import session_wire as sw
 from api import wire
 from cli import render
@@ -83,7 +81,7 @@ def follow(options: ApiOptions, feed: Feed) -> int:
                 pace.idle()
                 continue
             lost = False
-            if not response.ok or response.data is None:
+            if not response.ok:
                 return render.api_error(response)
             seen = feed.take(response)
             sys.stdout.flush()  # a pipe or a file reads each line as it comes
@@ -122,11 +120,7 @@ class Lines:
 
     def take(self, response: ApiResponse) -> Seen:
         page = response.decoded(sw.LinePage)
-        for item in page.items:
-            if self.raw:
-                print(msgspec.json.encode(item).decode())
-            else:
-                render.out(line_text(self.channel, item))
+        self.show(page)
         self.after_seq = max(self.after_seq, page.next_after_seq)
         if page.items:
             return Seen.NEW
@@ -138,6 +132,14 @@ class Lines:
 
     def position(self) -> str:
         return f"--after-seq {self.after_seq}"
+
+    def show(self, page: sw.LinePage) -> None:
+        """Print a page's lines: as text, or (``--raw``) one JSON object a line."""
+        for item in page.items:
+            if self.raw:
+                render.json_line(item)
+            else:
+                render.out(line_text(self.channel, item))
 
 
 @dataclass
