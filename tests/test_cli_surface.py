@@ -122,7 +122,7 @@ async def test_a_refusal_names_the_url_and_the_request_id(served_api: str) -> No
 class _Proxy502(BaseHTTPRequestHandler):
     """A server that is not svc: an HTML error page for every request."""
 
-    def do_GET(self) -> None:  # noqa: N802 (the handler's own name)
+    def do_GET(self) -> None:
         page = ("<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n"
                 + "<center><h1>502 Bad Gateway</h1></center>\n" * 20 + "</body></html>\n")
         body = page.encode()
