@@ -162,3 +162,19 @@ def test_an_html_answer_is_reported_in_one_line(command: tuple[str, ...]) -> Non
     quoted = line.split("text/html): ", 1)[1].split(" [GET", 1)[0]
     assert len(quoted) <= 101 and quoted.endswith("…"), quoted
     assert "Traceback" not in result.stderr
+
+
+async def test_session_lines_in_raw_form_are_one_json_object_a_line(served_api: str) -> None:
+    sent = svc("sessions", "send", "--prompt", "lines: 5", api=served_api)
+    assert sent.returncode == 0, sent.stderr
+    session = sent.stdout.split("session=")[1].split()[0]
+    followed = svc("sessions", "output", session, "--follow", "--raw", api=served_api)
+    assert followed.returncode == 0, followed.stderr
+    items = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [item["line"] for item in items if item["line"].startswith("line ")] == \
+        [f"line {n}" for n in range(1, 6)]
+    assert [item["seq"] for item in items] == sorted({item["seq"] for item in items})
+    every = svc("sessions", "output", session, "--all", "--raw", "--limit", "2",
+                api=served_api)
+    assert every.returncode == 0, every.stderr
+    assert [json.loads(line) for line in every.stdout.splitlines()] == items
