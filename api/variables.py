@@ -68,10 +68,17 @@ def words(_name: str, value: str) -> frozenset[str]:
     return frozenset(word for word in value.split(",") if word)
 
 
-def budgets(_name: str, value: str) -> dict[str, str]:
-    """``queue=budget`` pairs, comma-separated."""
+def budgets(name: str, value: str) -> dict[str, str]:
+    """``queue=budget`` pairs, comma-separated; each budget a duration (``30m``, ``2h``)."""
+    from runner_assembly.assembly.deadline import budget_seconds
+
     pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
-    return {queue.strip(): budget.strip() for queue, budget in pairs}
+    found = {queue.strip(): budget.strip() for queue, budget in pairs}
+    for queue, budget in found.items():
+        if budget_seconds(budget) is None:
+            raise ValueError(f"{name}: the budget of queue {queue!r} is not a duration "
+                             f"(e.g. 90s, 30m, 2h, 1h30m): {budget!r}")
+    return found
 
 
 def directories(name: str, value: str) -> tuple[str, ...]:
@@ -325,7 +332,9 @@ VARIABLES: tuple[Variable, ...] = (
     _server("SVC_RUNNER_CAPACITY", "8", whole,
             "jobs per namespace at most, with `SVC_RUNNER_RETENTION=1`"),
     _server("SVC_QUEUE_TIMEOUT_BUDGETS", "", budgets,
-            "per-queue timeout budget shown by the supervisor, e.g. `main=30m,beta=2h`"),
+            "per-queue timeout budget shown by the supervisor, e.g. `main=30m,beta=2h` (`90s`, "
+            "`1h30m`, `3600` too); a queue's Kubernetes runner Jobs get it plus 5 minutes as "
+            "`activeDeadlineSeconds`"),
     _server("SVC_FAULTS", "", words,
             "test-only fault injection (`create-timeout[@P]`, `crash-after-reserve`, "
             "`crash-after-spawn`, `crash-after-create`)"),

@@ -63,7 +63,10 @@ def create(*, tenant: Annotated[str, Parameter(help="The key's tenant, or * for 
                help="Lifetime: seconds, or a number with s, m, h or d (e.g. 30d).")] = None,
            api: ApiOptions | None = None,
            output: render.OutputOptions | None = None) -> int:
-    """Create an API key and print it alone on the first line (it is shown only once)."""
+    """Create an API key and print it alone on the first line (it is shown only once).
+
+    Example: svc auth key create --tenant acme --role submitter --expires-in 30d
+    """
     body: dict[str, object] = {"tenant": tenant, "roles": list(role),
                                "projects": list(project or [])}
     if expires_in is not None:
@@ -81,7 +84,10 @@ def create(*, tenant: Annotated[str, Parameter(help="The key's tenant, or * for 
 @key_app.command(name="list")
 def list_keys(*, api: ApiOptions | None = None,
               output: render.OutputOptions | None = None) -> int:
-    """Every key: id, prefix, tenant, roles, projects, expiry, revocation (never a key)."""
+    """Every key: id, prefix, tenant, roles, projects, expiry, revocation (never a key).
+
+    Example: svc auth key list --raw
+    """
     return respond(lambda: call(api or ApiOptions(), "GET", KEYS),
                    output or render.OutputOptions(), aw.KeyList, _listed)
 
@@ -89,7 +95,10 @@ def list_keys(*, api: ApiOptions | None = None,
 @key_app.command
 def revoke(key_id: str, *, api: ApiOptions | None = None,
            output: render.OutputOptions | None = None) -> int:
-    """Revoke a key: it is refused from now on."""
+    """Revoke a key: it is refused from now on.
+
+    Example: svc auth key revoke key_…
+    """
     return respond(lambda: call(api or ApiOptions(), "POST",
                                 f"{KEYS}/{quote(key_id, safe='')}/revoke"),
                    output or render.OutputOptions(), aw.KeyView,

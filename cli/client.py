@@ -20,6 +20,7 @@ ADMIN_KEY_FILE = "admin.key"
 DEFAULT_DATA_DIR = ".svc"
 TIMEOUT_S = 30.0
 REPLAYED_HEADER = "idempotent-replayed"
+REQUEST_ID_HEADER = "x-request-id"
 T = TypeVar("T")
 Param = str | int | bool | None
 
@@ -59,11 +60,21 @@ class ApiResponse:
     text: str
     replayed: bool = False
     """The API answered an idempotent replay (header ``Idempotent-Replayed: true``)."""
+    request: str = ""
+    """What was asked: the method and the URL (named on an error line)."""
+    request_id: str | None = None
+    """The answer's ``X-Request-Id`` (the server logs under it), if it sent one."""
+    content_type: str = ""
 
     @property
     def ok(self) -> bool:
-        """True for a 2xx answer."""
-        return 200 <= self.status < 300
+        """True for a 2xx answer that is JSON (or empty): anything else is reported."""
+        return 200 <= self.status < 300 and not self.not_json
+
+    @property
+    def not_json(self) -> bool:
+        """The answer has a body that is not JSON (an HTML page of a proxy, say)."""
+        return self.data is None and bool(self.text.strip())
 
     @property
     def error_code(self) -> str | None:
@@ -97,12 +108,13 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param
     """Send one request to the API; ``params`` with None values are left out."""
     query = urlencode({k: _query_value(v) for k, v in (params or {}).items() if v is not None})
     base = base_url(options.api)
+    target = path + (f"?{query}" if query else "")
     credential = options.credential()
     headers = {**({"content-type": "application/json"} if body is not None else {}),
                **({"authorization": f"Bearer {credential}"} if credential else {}),
                **(headers or {})}
     try:
-        answer = http1.request(base, method, path + (f"?{query}" if query else ""),
+        answer = http1.request(base, method, target,
                                body=body, headers=headers, timeout=TIMEOUT_S)
     except (OSError, http1.ProtocolError, ValueError) as error:
         raise ApiUnreachable(
@@ -114,7 +126,9 @@ def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param
         data = None
     replayed = answer.headers.get(REPLAYED_HEADER, "").lower() == "true"
     return ApiResponse(answer.status, data, answer.body.decode("utf-8", errors="replace"),
-                       replayed)
+                       replayed, f"{method} {base}{target}",
+                       answer.headers.get(REQUEST_ID_HEADER),
+                       answer.headers.get("content-type", ""))
 
 
 def base_url(api: str) -> str:

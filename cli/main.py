@@ -23,6 +23,7 @@ GROUPS = {
     "ledger": ("cli.admin", "ledger_app"),
     "manifest": ("cli.manifest_cmd", "manifest_app"),
     "auth": ("cli.auth_cmd", "auth_app"),
+    "completion": ("cli.completion", "completion"),
 }
 """Each root command: the module and attribute that define it, in help order."""
 

@@ -18,10 +18,14 @@ def validate(files: Annotated[list[Path], Parameter(
         endpoint: Annotated[str | None, Parameter(
             env_var="SVC_DEPLOY_ENDPOINT",
             help="The deployment endpoint a manifest's endpoint field must equal.")] = None,
+        output: Annotated[render.RawOption | None, Parameter(name="*")] = None,
         ) -> int:
-    """Check YAML or JSON manifests; print every violation with its JSON path.
+    """Check YAML or JSON manifests; print every violation with its JSON path (--raw: one
+    JSON object a file).
 
     Exit status 0 when all are valid, 1 when any is not, 2 when a file cannot be read.
+
+    Example: svc manifest validate deploy/*.yaml --endpoint https://svc.example
     """
     import yaml
 
@@ -36,10 +40,14 @@ def validate(files: Annotated[list[Path], Parameter(
             status = 2
             continue
         found = violations(document, endpoint)
+        status = max(status, 1 if found else 0)
+        if output and output.raw:
+            render.json_line({"file": str(path), "valid": not found, "violations": [
+                {"path": v.path, "message": v.message} for v in found]})
+            continue
         if not found:
             render.out(f"{path}: valid")
             continue
-        status = max(status, 1)
         render.out(f"{path}: {len(found)} violation(s)")
         for violation in found:
             render.out(f"  {violation.path}: {violation.message}")
@@ -48,10 +56,18 @@ def validate(files: Annotated[list[Path], Parameter(
 
 @manifest_app.command
 def schema(*, endpoint: Annotated[str | None, Parameter(
-        env_var="SVC_DEPLOY_ENDPOINT", help="The endpoint the schema fixes.")] = None) -> int:
-    """Print the JSON Schema of deployment manifests."""
+        env_var="SVC_DEPLOY_ENDPOINT", help="The endpoint the schema fixes.")] = None,
+        output: Annotated[render.RawOption | None, Parameter(name="*")] = None) -> int:
+    """Print the JSON Schema of deployment manifests (indented; --raw: on one line).
+
+    Example: svc manifest schema --endpoint https://svc.example > manifest.schema.json
+    """
     from manifests.schema import generate
     from manifests.schema import render as render_schema
 
-    print(render_schema(generate(endpoint)), end="")
+    document = generate(endpoint)
+    if output and output.raw:
+        render.json_line(document)
+    else:
+        print(render_schema(document), end="")
     return 0

@@ -95,7 +95,9 @@ def submit(
 ) -> int:
     """Submit a task. It waits in its queue until dispatched; nothing is scheduled.
 
-    The JSON needs tenantId, projectId, queue, title and payload.prompt, e.g.
+    The JSON needs tenantId, projectId, queue, title and payload.prompt.
+
+    Example: one task from standard input
 
       echo '{"tenantId": "t", "projectId": "p", "queue": "main",
              "title": "Fix", "payload": {"prompt": "…"}}' |
@@ -225,7 +227,10 @@ def list_tasks(
         help="Only tasks changed after this changeSeq (for polling).")] = None,
     api: ApiOptions | None = None, output: render.OutputOptions | None = None,
 ) -> int:
-    """List tasks, newest change first (oldest first with --updated-after)."""
+    """List tasks, newest change first (oldest first with --updated-after).
+
+    Example: svc queue list --queue main --state failed
+    """
     params = {"queue": queue, "state": state, "cursor": cursor, "limit": limit,
               "updatedAfter": updated_after}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
@@ -235,11 +240,25 @@ def list_tasks(
 
 
 @queue_app.command
-def show(task_id: str, *, api: ApiOptions | None = None,
-         output: render.OutputOptions | None = None) -> int:
+def show(task_id: str, *, watch: Annotated[bool, Parameter(
+        name=["--watch", "-w"],
+        help="Print each new version of the task (a higher changeSeq) as it comes, one line "
+             "each (--raw: one JSON object a line), until it is completed, cancelled, failed "
+             "or blocked; goes on across server restarts; Ctrl-C stops (exit 130).")] = False,
+         api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
     """Show one task: state, summary, latest attempt and session path (with --full, every
-    field, then the judge runs of its attempts)."""
+    field, then the judge runs of its attempts).
+
+    Example: svc queue show tsk_… --watch
+
+    A watch ends at completed, cancelled, failed or blocked (a failed or blocked task
+    changes again only by a retry or a cancel); its exit status is 0 whatever the state.
+    """
     options, shown = api or ApiOptions(), output or render.OutputOptions()
+    if watch:
+        from cli.follow import Task, follow
+
+        return follow(options, Task(options, _task_path(task_id), shown))
     status = respond(lambda: call(options, "GET", _task_path(task_id)), shown,
                      wire.TaskDetail, render.task_summary)
     if status != 0 or not shown.full:
@@ -251,11 +270,14 @@ def show(task_id: str, *, api: ApiOptions | None = None,
 
 @queue_app.command
 def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
-          api: ApiOptions | None = None) -> int:
-    """Task counts by state, lane and backend profile."""
+          api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
+    """Task counts by state, lane and backend profile.
+
+    Example: svc queue stats --queue main
+    """
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
                                 params={"queue": queue}),
-                   render.OutputOptions(),
+                   output or render.OutputOptions(),
                    wire.QueueStats, render.stats)
 
 
@@ -266,7 +288,10 @@ def commander(
     limit: Annotated[int | None, Parameter(help="How many tasks to display (default 20).")] = None,
     api: ApiOptions | None = None, output: render.OutputOptions | None = None,
 ) -> int:
-    """The tasks needing attention first (blocked, failed, running, pending), with counts."""
+    """The tasks needing attention first (blocked, failed, running, pending), with counts.
+
+    Example: svc queue commander --queue main --reader-id me
+    """
     params = {"queue": queue, "readerId": reader_id, "limit": limit}
     return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
                                 params=params),
@@ -280,7 +305,10 @@ def read(task_id: str, *,
                                              help="Whose read cursor to advance.")] = "cli",
          dry_run: DryRun = False, api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
-    """Mark a task read up to its current version for a reader."""
+    """Mark a task read up to its current version for a reader.
+
+    Example: svc queue read tsk_… --reader-id me
+    """
     import msgspec
 
     body = msgspec.json.encode({"readerId": reader_id})
@@ -293,7 +321,10 @@ def cancel(task_id: str, *,
            reason: Annotated[str | None, Parameter(help="Why, kept on the task.")] = None,
            dry_run: DryRun = False, api: ApiOptions | None = None,
            output: render.OutputOptions | None = None) -> int:
-    """Cancel a pending, running, failed or blocked task."""
+    """Cancel a pending, running, failed or blocked task.
+
+    Example: svc queue cancel tsk_… --reason "superseded"
+    """
     import msgspec
 
     body = msgspec.json.encode({"reason": reason} if reason else {})
@@ -320,6 +351,8 @@ def dispatch(
 
     Repeating a dispatch with the same attemptId returns the same attempt and creates
     nothing new. Failed and blocked tasks are retried with `svc queue retry`, not dispatched.
+
+    Example: echo '{"attemptId": "att_1"}' | svc queue dispatch tsk_… --json-stdin
     """
     body = b"{}"
     if json_stdin or json_file is not None:
@@ -333,7 +366,10 @@ def dispatch(
 @queue_app.command
 def refresh(task_id: str, *, dry_run: DryRun = False, api: ApiOptions | None = None,
             output: render.OutputOptions | None = None) -> int:
-    """Write the run's terminal state back to the task (no-op while it still runs)."""
+    """Write the run's terminal state back to the task (no-op while it still runs).
+
+    Example: svc queue refresh tsk_…
+    """
     return _post_task(task_id, "refresh", b"{}", dry_run, api, output)
 
 
@@ -344,7 +380,10 @@ def attempts(
     limit: Annotated[int | None, Parameter(help="Page size (default 50, at most 500).")] = None,
     api: ApiOptions | None = None, output: render.OutputOptions | None = None,
 ) -> int:
-    """The attempt history of a task, oldest first."""
+    """The attempt history of a task, oldest first.
+
+    Example: svc queue attempts tsk_… --raw
+    """
     return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
                                 params={"cursor": cursor, "limit": limit}),
                    output or render.OutputOptions(),
@@ -364,7 +403,9 @@ def judge(
     """Record a judge's verdict on an ended attempt. It never retries the task.
 
     The JSON needs judge, request and result (pass, fail, inconclusive);
-    failureKind, retrySuggested, retryReason, summary, judgeId are optional:
+    failureKind, retrySuggested, retryReason, summary, judgeId are optional.
+
+    Example: a failing verdict that suggests a retry
 
       echo '{"judge": "ci", "request": {"check": "tests"},
              "result": "fail", "retrySuggested": true}' |
@@ -392,6 +433,8 @@ def retry(
 
     The same --idempotency-key with the same --reason returns the original attempt (and
     resumes it if its runner job was never created); with another reason it is a conflict.
+
+    Example: svc queue retry tsk_… --idempotency-key retry-1 --reason "flaky network"
     """
     import msgspec
 

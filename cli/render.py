@@ -19,11 +19,25 @@ from projections.rows import JsonObject
 
 @Parameter(name="*")
 @dataclass
-class OutputOptions:
+class RawOption:
+    """Print JSON instead of text: the one ``--raw`` of every command that prints."""
+
+    raw: Annotated[bool, Parameter(
+        help="Print JSON: the API's answer unchanged (a command that prints several "
+             "things: one JSON object a line).")] = False
+
+
+@Parameter(name="*")
+@dataclass
+class OutputOptions(RawOption):
     """How much to print."""
 
     full: Annotated[bool, Parameter(help="Show every field, human-readably.")] = False
-    raw: Annotated[bool, Parameter(help="Print the API's JSON unchanged.")] = False
+
+
+def json_line(value: object) -> None:
+    """Print one JSON value on one line (``--raw`` of a command that is not an API call)."""
+    print(msgspec.json.encode(value).decode())
 
 
 def out(line: str = "") -> None:
@@ -42,8 +56,22 @@ def warn(message: str) -> None:
     print(f"warning: {redact_text(message)}", file=sys.stderr)
 
 
+SNIPPET_CHARS = 100
+"""How much of an answer that is not JSON an error line quotes."""
+
+
 def api_error(response: ApiResponse) -> int:
-    """Report a failed API answer on one line (its detail problems appended); exit 1."""
+    """Report a failed API answer on one line (its detail problems appended), naming the
+    request and its request id; an answer that is not JSON in brief (status, content type,
+    its start on one line), never whole; exit 1."""
+    where = (f" [{response.request or 'request'}; request id "
+             f"{response.request_id or '- (none sent)'}]")
+    if response.not_json:
+        start = " ".join(response.text.split())
+        snippet = start[:SNIPPET_CHARS] + ("…" if len(start) > SNIPPET_CHARS else "")
+        error(f"http-{response.status}", f"the answer is not JSON (HTTP {response.status}, "
+              f"{response.content_type or 'no content type'}): {snippet}{where}")
+        return 1
     body = response.data if isinstance(response.data, dict) else {}
     problem = body.get("error") or {}
     message = str(problem.get("message", response.text[:200] or "no message"))
@@ -52,7 +80,7 @@ def api_error(response: ApiResponse) -> int:
                 if isinstance(detail, dict)]
     if problems:
         message += f" ({'; '.join(problems)})"
-    error(problem.get("code", f"http-{response.status}"), " ".join(message.split()))
+    error(problem.get("code", f"http-{response.status}"), " ".join(message.split()) + where)
     return 1
 
 

@@ -36,7 +36,10 @@ def _post(run_id: str, json_stdin: bool, json_file: Path | None, dry_run: bool,
 def show(run_id: str, *, api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
     """The run's runner job: plan (secret names and keys, env names, mounts), status,
-    failure and the assembly event (commit, prompts, skills, tools)."""
+    failure and the assembly event (commit, prompts, skills, tools).
+
+    Example: svc runs show run_…
+    """
     return respond(lambda: call(api or ApiOptions(), "GET", _path(run_id)),
                    output or render.OutputOptions(),
                    wire.RunnerJob, render.runner_job)
@@ -45,12 +48,18 @@ def show(run_id: str, *, api: ApiOptions | None = None,
 @runs_app.command
 def plan(run_id: str, *, json_stdin: BodyStdin = False, json_file: BodyFile = None,
          api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
-    """Render the runner job of a run without creating anything (a dry run)."""
+    """Render the runner job of a run without creating anything (a dry run).
+
+    Example: svc runs plan run_… --full
+    """
     return _post(run_id, json_stdin, json_file, True, api, output)
 
 
 @runs_app.command
 def start(run_id: str, *, json_stdin: BodyStdin = False, json_file: BodyFile = None,
           api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
-    """Create the runner job of a reserved run (adopts it if it already exists)."""
+    """Create the runner job of a reserved run (adopts it if it already exists).
+
+    Example: svc runs start run_…
+    """
     return _post(run_id, json_stdin, json_file, False, api, output)

@@ -92,7 +92,10 @@ def serve(
              "is started and migrated once; SIGTERM or Ctrl-C stops every worker.")] = None,
 ) -> int:
     """Run the API. Data lives under SVC_DATA_DIR (default .svc): an embedded Postgres is
-    started there unless SVC_DATABASE_URL names a server. Migrations are applied first."""
+    started there unless SVC_DATABASE_URL names a server. Migrations are applied first.
+
+    Example: SVC_DATA_DIR=/var/lib/svc svc serve --port 8081 --workers 2
+    """
     import asyncpg
     import msgspec
     import uvicorn

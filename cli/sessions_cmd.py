@@ -13,9 +13,9 @@ from cyclopts import App, Parameter
 
 from api import session_wire as sw
 from api.wire import Prompt
+from cli import follow as following
 from cli import render, session_render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
-from cli.follow import follow_lines
 from cli.queue_cmd import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
 from ledger.states import SessionFilter
 
@@ -57,6 +57,8 @@ def ps(*, state: Annotated[SessionFilter, Parameter(
     """List sessions; by default the running ones and those unread by --reader-id.
 
     --profile M3 is an alias of profile-3.
+
+    Example: svc sessions ps --state all --profile M3
     """
     params = {"state": state, "backendProfile": _profile(profile), "readerId": reader_id,
               "cursor": cursor, "limit": limit}
@@ -68,7 +70,10 @@ def ps(*, state: Annotated[SessionFilter, Parameter(
 @sessions_app.command
 def show(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
-    """One session: thread, state, storage summary, recent turns, line counts."""
+    """One session: thread, state, storage summary, recent turns, line counts.
+
+    Example: svc sessions show ses_…
+    """
     return respond(lambda: call(api or ApiOptions(), "GET", _path(session_id),
                                 params={"readerId": reader_id}),
                    output or render.OutputOptions(),
@@ -79,8 +84,10 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
            api: ApiOptions | None, output: render.OutputOptions | None,
            follow: bool = False) -> int:
     options = api or ApiOptions()
+    lines = following.Lines(options, channel, _path(session_id, channel), after_seq, limit,
+                            bool(output and output.raw))
     if follow:
-        return follow_lines(options, channel, _path(session_id, channel), after_seq, limit)
+        return following.follow(options, lines)
     if not every:
         return respond(lambda: call(options, "GET", _path(session_id, channel),
                                     params={"afterSeq": after_seq, "limit": limit}),
@@ -88,20 +95,19 @@ def _lines(channel: str, session_id: str, after_seq: int, limit: int | None, eve
                        sw.LinePage, session_render.line_page)
     while True:
         try:
-            response = call(options, "GET", _path(session_id, channel),
-                            params={"afterSeq": after_seq, "limit": limit})
+            response = lines.poll()
         except ApiUnreachable as error:
             render.error("infra-failed", str(error))
             return EXIT_UNREACHABLE
         if not response.ok:
             return render.api_error(response)
         page = response.decoded(sw.LinePage)
-        for item in page.items:
-            render.out(session_render.line_text(channel, item))
+        lines.show(page)
         if not page.items or page.next_after_seq >= page.last_seq:
-            session_render.line_page(msgspec.structs.replace(page, items=[]))
+            if not lines.raw:
+                session_render.line_page(msgspec.structs.replace(page, items=[]))
             return 0
-        after_seq = page.next_after_seq
+        lines.after_seq = page.next_after_seq
 
 
 def _channel_command(channel: Literal["output", "trace"], doc: str) -> None:
@@ -129,7 +135,10 @@ _channel_command("trace", "The runner's events (assembly, thread start/resume, e
 @sessions_app.command
 def read(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None = None,
          output: render.OutputOptions | None = None) -> int:
-    """Mark the session read for --reader-id (it leaves the default `ps` until it changes)."""
+    """Mark the session read for --reader-id (it leaves the default `ps` until it changes).
+
+    Example: svc sessions read ses_… --reader-id me
+    """
     body = json.dumps({"readerId": reader_id}).encode()
     return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "read"),
                                 body=body),
@@ -141,7 +150,10 @@ def read(session_id: str, *, reader_id: Reader = "cli", api: ApiOptions | None =
 def cancel(session_id: str, *,
            reason: Annotated[str | None, Parameter(help="Why (stored, redacted).")] = None,
            api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
-    """Cancel the session's running turn (stops its runner job)."""
+    """Cancel the session's running turn (stops its runner job).
+
+    Example: svc sessions cancel ses_… --reason "wrong prompt"
+    """
     body = json.dumps({"action": "cancel", "reason": reason} if reason
                       else {"action": "cancel"}).encode()
     return respond(lambda: call(api or ApiOptions(), "POST", _path(session_id, "control"),
@@ -192,7 +204,7 @@ def send(
     """Send a prompt as a new turn. With SESSION_ID it resumes the session's thread; without
     one it creates a session (and its volume) from the run base, then starts its first turn.
 
-    echo 'fix the failing test' | svc sessions send ses_… --prompt-stdin
+    Example: echo 'fix the failing test' | svc sessions send ses_… --prompt-stdin
 
     With SESSION_ID, --json-stdin or --json-file gives the command payload
     (prompt, threadId) as the API takes it; the prompt comes from it or from one

@@ -79,7 +79,7 @@ def full_plan() -> RunnerJobPlan:
         transient_env=NamesSummary(names=["LAB_API_KEY"], count=1, sha256="d" * 64),
         endpoint_defaults=["EXT_SSH_ENDPOINT"], smoke_tools=["git", "rg"],
         capability={"version": "1"}, thread=PlanThread(mode="resume", thread_id="thr_1"),
-        provider_id="provider-1", values_printed=True)
+        provider_id="provider-1", values_printed=True, active_deadline_seconds=2100)
 
 
 def full_job(**local_fields: Any) -> JobFile:

@@ -109,11 +109,14 @@ def job(plan: RunnerJobPlan, workspace_root: str | None = None,
                                   [*protocol, *_env(plan)], root)],
         "volumes": volumes,
     }
+    spec: K8sObject = {"backoffLimit": 0, "ttlSecondsAfterFinished": 86400,
+                       "template": {"metadata": {"labels": labels(plan)}, "spec": pod_spec}}
+    if plan.active_deadline_seconds is not None:  # the queue's timeout budget plus a margin
+        spec["activeDeadlineSeconds"] = plan.active_deadline_seconds
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": plan.job_name, "namespace": plan.namespace, "labels": labels(plan)},
-        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 86400,
-                 "template": {"metadata": {"labels": labels(plan)}, "spec": pod_spec}},
+        "spec": spec,
     }
 
 

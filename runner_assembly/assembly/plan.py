@@ -42,9 +42,11 @@ def workspace_key(assembly: Assembly, ids: Ids) -> str:
 
 
 def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
-                smoke_tools: tuple[str, ...], thread_id: str | None = None) -> RunnerJobPlan:
+                smoke_tools: tuple[str, ...], thread_id: str | None = None,
+                deadline_s: int | None = None) -> RunnerJobPlan:
     """The value-free plan of the runner job for a resolved assembly; with ``thread_id``
-    the backend resumes that thread, else it starts a new one."""
+    the backend resumes that thread, else it starts a new one; ``deadline_s`` bounds the
+    job's life (none without)."""
     env = [EnvEntry(name=name, source="static") for name in STATIC_ENV]
     if thread_id is not None:
         env.append(EnvEntry(name="SVC_THREAD_ID", source="static"))
@@ -67,7 +69,7 @@ def render_plan(assembly: Assembly, ids: Ids, *, namespace: str, driver: str,
         endpoint_defaults=assembly.endpoint_defaults, smoke_tools=list(smoke_tools),
         capability=work_ready_summary(),
         thread=PlanThread(mode="resume" if thread_id else "start", thread_id=thread_id),
-        provider_id=assembly.provider_id,
+        provider_id=assembly.provider_id, active_deadline_seconds=deadline_s,
     )
 
 

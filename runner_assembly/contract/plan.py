@@ -164,3 +164,6 @@ class RunnerJobPlan(msgspec.Struct, kw_only=True, rename="camel"):
     provider_id: str | None = None
     """The run policy's ``providerId`` (SPEC 2.7), as the task carried it."""
     values_printed: bool = False
+    active_deadline_seconds: int | None = None
+    """The job's deadline: its queue's timeout budget plus a margin; None without a budget
+    (:mod:`runner_assembly.assembly.deadline`)."""

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from ledger.errors import NotFound
+from ledger.intake import split_queue
 from ledger.redaction import redact_text
 from ledger.streams import TASK_STREAM
 from ledger.task import TaskState
@@ -39,6 +40,12 @@ class TaskFacts:
     def persistent_session(self) -> bool:
         """Whether the task names a session (``sessionRef``): one with a volume."""
         return isinstance(self.session_ref, dict) and bool(self.session_ref)
+
+    @property
+    def queue(self) -> str | None:
+        """The task's queue name (its lane left out), if the contract names one."""
+        queue = self.contract.get("queue")
+        return split_queue(queue)[0] if isinstance(queue, str) else None
 
     @property
     def tenant_id(self) -> str:

@@ -13,6 +13,7 @@ from ledger.errors import Refused
 from ledger.task import AttemptIds
 from projections.orchestration_queries import JobIdentity
 from runner_assembly.assembly import fetch_policy
+from runner_assembly.assembly.deadline import job_deadline_s
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
@@ -74,7 +75,9 @@ class JobPlanner:
         assembly = self.resolver.resolve(facts.contract, facts.backend_profile, transient_env)
         plan = render_plan(assembly, ids, namespace=self.settings.namespace,
                            driver=self.driver_name, smoke_tools=self.settings.smoke_tools,
-                           thread_id=thread_id)
+                           thread_id=thread_id,
+                           deadline_s=job_deadline_s(self.settings.timeout_budgets,
+                                                     facts.queue))
         if plan.resource_bundle is not None and plan.resource_bundle.fetches:
             await asyncio.to_thread(self._check_hosts, plan.resource_bundle.fetches)
         return plan
