@@ -193,7 +193,8 @@ def register_pod_secrets(masker: Masker, entries: list[EnvEntry], transient: lis
             continue
         for key in use.keys:
             with contextlib.suppress(OSError):
-                masker.add_file((folder / key).read_text(errors="replace"))
+                masker.add_secret_file(key if use.role == "provider" else "",
+                                       (folder / key).read_text(errors="replace"))
 
 
 def main() -> int:
