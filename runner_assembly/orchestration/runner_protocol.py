@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -146,12 +147,14 @@ class RunnerProtocol:
         return state
 
     async def lines(self, runner_job_id: str, token: str, channel: str, seq: int,
-                    lines: list[str]) -> bool:
-        """Append one numbered batch of lines to the job's session; False for a resent one."""
+                    lines: Sequence[str | session_lines.Piece], stream: str = "stdout") -> bool:
+        """Append one numbered batch of lines (of the backend's ``stream``) to the job's
+        session; False for a resent one."""
         job = await self.authorized(runner_job_id, token, claimed=True)
         async with self.pool.acquire() as conn:
             return await session_lines.append_batch(conn, job.session_id, runner_job_id,
-                                                    channel, seq, lines, self.output_max_bytes)
+                                                    channel, seq, lines, self.output_max_bytes,
+                                                    stream)
 
     async def authorized(self, runner_job_id: str, token: str, *,
                          claimed: bool = False) -> RunnerJobState:
