@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from runner_assembly.assembly.profiles import PROFILE_SECRETS

@@ -56,7 +56,7 @@ class LinePart(Message, frozen=True):
     parts: Annotated[int, Meta(ge=2, le=2**31 - 1)]
 
 
-class LinesBody(Message, frozen=True):
+class LinesBody(Message, frozen=True, omit_defaults=True):
     """Batch number ``seq`` (1, 2, … per channel and stream) of a job's output or trace
     lines; a line is a string, or a :class:`LinePart` of a longer one. ``stream``: the
     backend's stream of an output batch (a trace batch is ``stdout``)."""
