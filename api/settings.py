@@ -71,6 +71,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     backend_loopback_ports: tuple[int, ...] = ()
     admin_key_sha256: str | None = None
     """``SVC_ADMIN_KEY_SHA256``: the operator's own admin key, by its sha256."""
+    sandbox_read_only: tuple[str, ...] = ()
+    """``SVC_SANDBOX_READ_ONLY``: operator paths every sandboxed backend sees read-only."""
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""
@@ -147,7 +149,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             fetch_allow_file_roots=self.fetch_allow_file_roots,
             fetch_allow_hosts=self.fetch_allow_hosts, output_max_bytes=self.output_max_bytes,
             max_sessions_per_tenant=self.max_sessions_per_tenant,
-            backend_loopback_ports=self.backend_loopback_ports)
+            backend_loopback_ports=self.backend_loopback_ports,
+            sandbox_read_only=self.sandbox_read_only)
 
 
 def _parsed(variable: Variable, value: str | None) -> object:

@@ -343,6 +343,11 @@ VARIABLES: tuple[Variable, ...] = (
             "the sha256 (hex) of an admin API key the operator holds (e.g. from a Kubernetes "
             "Secret): accepted as principal `admin`; when set, `svc serve` writes no "
             "`admin.key`"),
+    _server("SVC_SANDBOX_READ_ONLY", "", directories,
+            "absolute paths, `:`-separated, that every sandboxed backend sees read-only besides "
+            "the system directories and its command's install roots (e.g. `/opt/agent`, a "
+            "virtual environment); a backend program the sandbox does not show fails before "
+            "it starts, `infra-failed`, naming this variable (docs/backends.md)"),
     Variable("SVC_TOKEN", "", "the API key the CLI sends (`--token`); unset: the key in "
              "`${SVC_DATA_DIR:-.svc}/admin.key` when that file exists", ("command",)),
 )
