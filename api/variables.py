@@ -331,7 +331,8 @@ VARIABLES: tuple[Variable, ...] = (
     _set_for("backend", "SVC_SESSION_PVC_MOUNT_PATH", "where the session volume is mounted",
              shown=WITH_VOLUME),
     _server("SVC_OUTPUT_MAX_BYTES", str(64 * 1024 * 1024), positive_whole,
-            "what a backend may print in one turn; past it the runner drops the rest (one "
+            "what a backend may print in one turn (standard output and error together); past "
+            "it the runner drops the rest (one "
             "notice line in the output, one `output-bounded` trace event with the count) and "
             "the turn ends as it would have; the manager stores no more of a turn's lines "
             "either (DESIGN 13)", shown="`67108864` (64 MiB)"),
