@@ -24,7 +24,8 @@ CHANNELS = ("output", "trace")
 MAX_LINE_CHARS = 128 * 1024
 """The last net for a line read from a file (:func:`take_in`); a protocol line is at most
 64 KiB and is kept whole."""
-STREAMS = ("stdout", "stderr")
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""A page of lines stops after the line that reaches this many bytes (one line at least)."""
 ReadChannel = Callable[[int], Awaitable[tuple[bytes, bool]]]
 
 
@@ -172,8 +173,10 @@ async def last_seq(db: Queryable, session_id: str, channel: str) -> int:
 
 async def page(db: Queryable, session_id: str, channel: str, after_seq: int,
                limit: int) -> tuple[list[Line], int]:
-    """Lines after ``after_seq`` (at most ``limit``) and the channel's last seq."""
-    rows = await db.fetch(SQL["page"], session_id, channel, after_seq, limit)
+    """Lines after ``after_seq`` (at most ``limit``, and no more once they hold
+    :data:`MAX_PAGE_BYTES`: lines of 64 KiB keep a page bounded) and the channel's last
+    seq."""
+    rows = await db.fetch(SQL["page"], session_id, channel, after_seq, limit, MAX_PAGE_BYTES)
     lines = [Line(r["seq"], r["runner_job_id"], r["line"], r["recorded_at"], r["stream"],
                   r["part"], r["parts"]) for r in rows]
     return lines, await last_seq(db, session_id, channel)

@@ -78,3 +78,14 @@ async def test_one_bound_covers_both_streams(conn: asyncpg.Connection) -> None:
     assert stored[-1].line.startswith("[svc] the manager stores no more"), \
         "the stderr batch crossing the bound of both streams ends in the notice"
     assert [item.line for item in stored[:5]] == [line] * 5
+
+
+async def test_a_page_of_long_lines_is_bounded_in_bytes(conn: asyncpg.Connection) -> None:
+    line = "z" * (64 * 1024 - 1)
+    for batch in range(1, 4):
+        assert await session_lines.append_batch(conn, "ses_p", "job_p", "output", batch,
+                                                [line] * 40)
+    first, last = await session_lines.page(conn, "ses_p", "output", 0, 1000)
+    assert last == 120 and len(first) == session_lines.MAX_PAGE_BYTES // len(line) + 1
+    rest, _ = await session_lines.page(conn, "ses_p", "output", first[-1].seq, 1000)
+    assert [item.seq for item in first + rest] == list(range(1, 121)), "nothing skipped"

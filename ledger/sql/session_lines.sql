@@ -30,8 +30,13 @@ ON CONFLICT (runner_job_id, channel) DO UPDATE SET byte_offset = EXCLUDED.byte_o
 UPDATE session_line_head SET last_seq = $3 WHERE session_id = $1 AND channel = $2
 
 -- name: page
-SELECT seq, runner_job_id, line, recorded_at, stream, part, parts FROM session_line
-WHERE session_id = $1 AND channel = $2 AND seq > $3 ORDER BY seq LIMIT $4
+SELECT seq, runner_job_id, line, recorded_at, stream, part, parts FROM (
+    SELECT seq, runner_job_id, line, recorded_at, stream, part, parts,
+           sum(octet_length(line)) OVER (ORDER BY seq) - octet_length(line) AS before
+    FROM (SELECT * FROM session_line
+          WHERE session_id = $1 AND channel = $2 AND seq > $3 ORDER BY seq LIMIT $4) AS taken
+) AS counted
+WHERE before < $5 ORDER BY seq
 
 -- name: last_seq
 SELECT coalesce(max(last_seq), 0) FROM session_line_head WHERE session_id = $1 AND channel = $2
