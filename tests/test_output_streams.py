@@ -5,6 +5,7 @@ part with its number; one bound covers both streams; bad bodies change nothing."
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from ledger import session_lines
+from runner_assembly.runner.output_bound import NOTICE_ROOM, Bounded, Tally, notice
 from tests.support import snapshot
 from tests.test_runner_protocol import JOBS, auth, protocol_on
 
@@ -89,3 +91,18 @@ async def test_a_page_of_long_lines_is_bounded_in_bytes(conn: asyncpg.Connection
     assert last == 120 and len(first) == session_lines.MAX_PAGE_BYTES // len(line) + 1
     rest, _ = await session_lines.page(conn, "ses_p", "output", first[-1].seq, 1000)
     assert [item.seq for item in first + rest] == list(range(1, 121)), "nothing skipped"
+
+
+def test_the_runner_bounds_both_streams_together() -> None:
+    tally = Tally()
+    output, errors = io.BytesIO(), io.BytesIO()
+    stdout = Bounded(output, 1000, tally=tally)
+    stderr = Bounded(errors, 1000, with_notice=False, tally=tally)
+    for _ in range(30):
+        stderr.write(b"e" * 19 + b"\n")
+        stdout.write(b"o" * 19 + b"\n")
+    kept = output.getvalue() + errors.getvalue()
+    assert len(kept) <= 1000 and output.getvalue().endswith(notice(1000))
+    lines = len(kept) - len(notice(1000))
+    assert 1000 - NOTICE_ROOM - 40 < lines <= 1000 - NOTICE_ROOM, "both share the room"
+    assert stderr.dropped_bytes + stdout.dropped_bytes == 1200 - lines
