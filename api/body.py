@@ -247,4 +247,14 @@ def decode_runner_body(raw: bytes, kind: type[T], *, empty_ok: bool = False) -> 
         if not empty_ok:
             raise InvalidRequest("a JSON object body is required")
         raw = b"{}"
-    return _parse(raw, kind)
+    for _ in range(MAX_INTEGRAL_FIXES):  # as convert(): 80.0 is an integer in JSON Schema
+        try:
+            return _parse(raw, kind)
+        except InvalidRequest as refused:
+            said = str(refused).removeprefix("invalid body: ")
+            fixed = (_integral_float_as_int(msgspec.json.decode(raw), said)
+                     if _FLOAT_FOR_INT.match(said) else None)
+            if fixed is None:
+                raise
+            raw = msgspec.json.encode(fixed)
+    raise InvalidRequest("invalid body: too many integers written as fractions")

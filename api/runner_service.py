@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from api import runner_wire as rw
+from ledger import session_lines
 from ledger.errors import InvalidRequest, Unauthorized
 from ledger.events import JobExit
 from ledger.redaction import redact, redact_text
@@ -46,9 +47,11 @@ class RunnerApi:
 
     async def lines(self, job: str, token: str, body: rw.LinesBody) -> rw.Ack:
         """Append a numbered batch of lines (once)."""
-        lines = [line.replace("\x00", "\ufffd") for line in body.lines]
+        lines = [line if isinstance(line, str)
+                 else session_lines.Piece(line.text, line.part, line.parts)
+                 for line in body.lines]
         return rw.Ack(job, await self.protocol.lines(job, token, body.channel, body.seq,
-                                                     lines))
+                                                     lines, body.stream))
 
     async def assembly(self, job: str, token: str, body: rw.AssemblyBody) -> rw.Ack:
         """Record the bounded assembly event (redacted by pattern as a second net)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import msgspec
@@ -413,7 +413,8 @@ class SessionApi:
                                                limit)
         return sw.LinePage(
             session_id=session_id, channel=channel,
-            items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at)
+            items=[sw.LineItem(line.seq, line.runner_job_id, line.line, line.recorded_at,
+                               cast(sw.Stream, line.stream), line.part, line.parts)
                    for line in lines],
             next_after_seq=lines[-1].seq if lines else after_seq, last_seq=last,
             running=session.state == SessionStatus.RUNNING)

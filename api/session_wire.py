@@ -15,6 +15,8 @@ from runner_assembly.assembly import model
 from runner_assembly.contract.messages import StorageSummaryBody as StorageSummaryBody
 from runner_assembly.contract.messages import ThreadId
 
+Stream = Literal["stdout", "stderr"]
+"""The backend's stream an output line came from."""
 SessionFilter = Literal["default", "running", "unread", "terminal", "idle", "all"]
 CommandId = Annotated[str, Meta(min_length=4, max_length=128, pattern=r"^cmd_[A-Za-z0-9._:@-]*$")]
 
@@ -135,12 +137,18 @@ class SessionList(msgspec.Struct, rename="camel"):
 
 
 class LineItem(msgspec.Struct, rename="camel"):
-    """One output or trace line."""
+    """One output or trace line; ``stream``: the backend's stream of an output line
+    (``stdout`` or ``stderr``; a trace line is ``stdout``); ``part`` of ``parts``: a piece
+    of a line longer than 64 KiB (the pieces, concatenated in ``seq`` order, are the line;
+    null for a whole line)."""
 
     seq: int
     runner_job_id: str
     line: str
     recorded_at: datetime
+    stream: Stream = "stdout"
+    part: int | None = None
+    parts: int | None = None
 
 
 class LinePage(msgspec.Struct, rename="camel"):

@@ -78,6 +78,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     auth_oidc_audience: str = "svc"
     auth_oidc_jwks_url: str | None = None
     auth_oidc_claim: str = "svc_roles"
+    sandbox_read_only: tuple[str, ...] = ()
+    """``SVC_SANDBOX_READ_ONLY``: operator paths every sandboxed backend sees read-only."""
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""
@@ -154,7 +156,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             fetch_allow_file_roots=self.fetch_allow_file_roots,
             fetch_allow_hosts=self.fetch_allow_hosts, output_max_bytes=self.output_max_bytes,
             max_sessions_per_tenant=self.max_sessions_per_tenant,
-            backend_loopback_ports=self.backend_loopback_ports)
+            backend_loopback_ports=self.backend_loopback_ports,
+            sandbox_read_only=self.sandbox_read_only)
 
 
 def _parsed(variable: Variable, value: str | None) -> object:

@@ -365,7 +365,8 @@ VARIABLES: tuple[Variable, ...] = (
     _set_for("backend", "SVC_SESSION_PVC_MOUNT_PATH", "where the session volume is mounted",
              shown=WITH_VOLUME),
     _server("SVC_OUTPUT_MAX_BYTES", str(64 * 1024 * 1024), positive_whole,
-            "what a backend may print in one turn; past it the runner drops the rest (one "
+            "what a backend may print in one turn (standard output and error together); past "
+            "it the runner drops the rest (one "
             "notice line in the output, one `output-bounded` trace event with the count) and "
             "the turn ends as it would have; the manager stores no more of a turn's lines "
             "either (DESIGN 13)", shown="`67108864` (64 MiB)"),
@@ -377,6 +378,11 @@ VARIABLES: tuple[Variable, ...] = (
             "the sha256 (hex) of an admin API key the operator holds (e.g. from a Kubernetes "
             "Secret): accepted as principal `admin`; when set, `svc serve` writes no "
             "`admin.key`"),
+    _server("SVC_SANDBOX_READ_ONLY", "", directories,
+            "absolute paths, `:`-separated, that every sandboxed backend sees read-only besides "
+            "the system directories and its command's install roots (e.g. `/opt/agent`, a "
+            "virtual environment); a backend program the sandbox does not show fails before "
+            "it starts, `infra-failed`, naming this variable (docs/backends.md)"),
     Variable("SVC_TOKEN", "", "the API key the CLI sends (`--token`); unset: the key in "
              "`${SVC_DATA_DIR:-.svc}/admin.key` when that file exists", ("command",)),
     _server("SVC_AUTH_SERVICEACCOUNTS", "", serviceaccounts,

@@ -62,10 +62,12 @@ def marked_read(data: sw.SessionDetail) -> None:
 
 
 def line_text(channel: str, item: sw.LineItem) -> str:
-    """An output line as printed; a trace line (a runner event in JSON) made readable:
-    ``seq  time  kind  name=value …``."""
+    """An output line as printed (a line of the backend's standard error behind
+    ``stderr| ``, a part of a line longer than 64 KiB behind ``[part i/n] ``); a trace line
+    (a runner event in JSON) made readable: ``seq  time  kind  name=value …``."""
     if channel != "trace":
-        return item.line
+        part = f"[part {item.part}/{item.parts}] " if item.part is not None else ""
+        return ("stderr| " if item.stream == "stderr" else "") + part + item.line
     try:
         event = json.loads(item.line)
     except ValueError:

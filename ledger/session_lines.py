@@ -1,14 +1,16 @@
 """Session output and trace: append-only lines per session and channel with a monotonic seq.
 
-A runner sends a job's lines in batches numbered by ``seq`` (the runner protocol); each batch
-is redacted, bounded, and appended under a lock on the session's head row held to commit:
-a resent batch is accepted once, and a reader that has seen seq N never later sees a new line
-at or below N.
+A runner sends a job's lines in batches numbered by ``seq`` (the runner protocol; a job's
+``stdout`` and ``stderr`` output streams are numbered apart); each batch is redacted, bounded,
+and appended under a lock on the session's head row held to commit: a resent batch is
+accepted once, and a reader that has seen seq N never later sees a new line at or below N.
+An output line says its stream; a line longer than a protocol line (64 KiB) arrives, and is
+kept, as numbered parts (``part`` of ``parts``) that concatenate to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,7 +21,11 @@ from ledger.sqlfile import load_queries
 
 SQL = load_queries("ledger", "session_lines.sql")
 CHANNELS = ("output", "trace")
-MAX_LINE_CHARS = 4000
+MAX_LINE_CHARS = 128 * 1024
+"""The last net for a line read from a file (:func:`take_in`); a protocol line is at most
+64 KiB and is kept whole."""
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""A page of lines stops after the line that reaches this many bytes (one line at least)."""
 ReadChannel = Callable[[int], Awaitable[tuple[bytes, bool]]]
 
 
@@ -31,6 +37,18 @@ class Line:
     runner_job_id: str
     line: str
     recorded_at: datetime
+    stream: str = "stdout"
+    part: int | None = None
+    parts: int | None = None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A line of a batch: a whole line, or part ``part`` of ``parts`` of a longer one."""
+
+    text: str
+    part: int | None = None
+    parts: int | None = None
 
 
 def split_lines(data: bytes, final: bool) -> tuple[list[str], int]:
@@ -45,7 +63,7 @@ def split_lines(data: bytes, final: bool) -> tuple[list[str], int]:
 
 
 def bounded_line(line: str) -> str:
-    """A line as stored: redacted and cut to ``MAX_LINE_CHARS`` with a visible mark."""
+    """A line as stored: redacted (and, past ``MAX_LINE_CHARS``, cut with a visible mark)."""
     clean = redact_text(line)
     return clean if len(clean) <= MAX_LINE_CHARS else clean[:MAX_LINE_CHARS - 1] + "…"
 
@@ -75,34 +93,55 @@ async def take_in(conn: DbConnection, session_id: str, runner_job_id: str, chann
 
 
 async def append_batch(conn: DbConnection, session_id: str, runner_job_id: str, channel: str,
-                       batch_seq: int, lines: list[str], max_bytes: int | None = None) -> bool:
-    """Append one numbered batch of a job's lines; False when that batch was already taken.
+                       batch_seq: int, lines: Sequence[str | Piece],
+                       max_bytes: int | None = None, stream: str = "stdout") -> bool:
+    """Append one numbered batch of a job's lines (of ``stream``); False when that batch was
+    already taken.
 
-    Batches of a job's channel are numbered 1, 2, …; a gap is refused (``invalid-transition``
-    naming the batch expected), so lines are never lost or reordered. With ``max_bytes``
-    (``SVC_OUTPUT_MAX_BYTES``) a job's channel stores at most that many bytes of lines (each
-    counted with its newline), then one notice, then nothing more: the batches are accepted
-    all the same (:func:`within_bound`).
+    Batches of a job's channel and stream are numbered 1, 2, …; a gap is refused
+    (``invalid-transition`` naming the batch expected), so lines are never lost or
+    reordered. With ``max_bytes`` (``SVC_OUTPUT_MAX_BYTES``) a job's channel stores at most
+    that many bytes of lines, both streams together (each line counted with its newline),
+    then one notice, then nothing more: the batches are accepted all the same
+    (:func:`within_bound`).
     """
+    source_channel = channel if stream == "stdout" else f"{channel}:{stream}"
     async with conn.transaction():
         await conn.execute(SQL["ensure_head"], session_id, channel)
         last = await conn.fetchval(SQL["lock_head"], session_id, channel)
-        source = await conn.fetchrow(SQL["source_batch"], runner_job_id, channel)
+        source = await conn.fetchrow(SQL["source_batch"], runner_job_id, source_channel)
         taken, received = (source["batch_seq"], source["byte_offset"]) if source else (0, 0)
         if batch_seq <= taken:
             return False
         if batch_seq != taken + 1:
             raise InvalidTransition(f"batch {batch_seq} out of order; expected {taken + 1}",
                                     expectedSeq=taken + 1)
-        stored = [bounded_line(line.replace("\x00", "\ufffd")) for line in lines]
-        stored, received = within_bound(stored, received, max_bytes, channel)
+        before = int(await conn.fetchval(SQL["channel_received"], runner_job_id, channel))
+        pieces = [Piece(bounded_line(line.replace("\x00", "\ufffd")))
+                  if isinstance(line, str) else
+                  Piece(bounded_line(line.text.replace("\x00", "\ufffd")), line.part,
+                        line.parts) for line in lines]
+        stored, after = _pieces_within_bound(pieces, before, max_bytes, channel)
         if stored:
             seqs = list(range(last + 1, last + 1 + len(stored)))
-            await conn.execute(SQL["insert_lines"], session_id, channel, runner_job_id, seqs,
-                               stored)
+            await conn.execute(SQL["insert_pieces"], session_id, channel, runner_job_id, seqs,
+                               [piece.text for piece in stored], stream,
+                               [piece.part for piece in stored],
+                               [piece.parts for piece in stored])
             await conn.execute(SQL["save_head"], session_id, channel, seqs[-1])
-        await conn.execute(SQL["save_batch"], runner_job_id, channel, batch_seq, received)
+        await conn.execute(SQL["save_batch"], runner_job_id, source_channel, batch_seq,
+                           received + after - before)
         return True
+
+
+def _pieces_within_bound(pieces: list[Piece], received: int, max_bytes: int | None,
+                         channel: str) -> tuple[list[Piece], int]:
+    """:func:`within_bound` for pieces: those that fit, then its notice (a whole line)."""
+    texts, total = within_bound([piece.text for piece in pieces], received, max_bytes,
+                                channel)
+    noticed = max_bytes is not None and total > max_bytes >= received
+    kept = len(texts) - noticed
+    return [*pieces[:kept], *([Piece(texts[-1])] if noticed else [])], total
 
 
 def within_bound(lines: list[str], received: int, max_bytes: int | None,
@@ -134,7 +173,10 @@ async def last_seq(db: Queryable, session_id: str, channel: str) -> int:
 
 async def page(db: Queryable, session_id: str, channel: str, after_seq: int,
                limit: int) -> tuple[list[Line], int]:
-    """Lines after ``after_seq`` (at most ``limit``) and the channel's last seq."""
-    rows = await db.fetch(SQL["page"], session_id, channel, after_seq, limit)
-    lines = [Line(r["seq"], r["runner_job_id"], r["line"], r["recorded_at"]) for r in rows]
+    """Lines after ``after_seq`` (at most ``limit``, and no more once they hold
+    :data:`MAX_PAGE_BYTES`: lines of 64 KiB keep a page bounded) and the channel's last
+    seq."""
+    rows = await db.fetch(SQL["page"], session_id, channel, after_seq, limit, MAX_PAGE_BYTES)
+    lines = [Line(r["seq"], r["runner_job_id"], r["line"], r["recorded_at"], r["stream"],
+                  r["part"], r["parts"]) for r in rows]
     return lines, await last_seq(db, session_id, channel)

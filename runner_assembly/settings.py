@@ -117,6 +117,8 @@ class RunnerSettings:
     backend_loopback_ports: tuple[int, ...] = ()
     """``SVC_BACKEND_LOOPBACK_PORTS``: the host loopback ports sandboxed local backends
     reach (every other one is out of their network namespace's reach)."""
+    sandbox_read_only: tuple[str, ...] = ()
+    """``SVC_SANDBOX_READ_ONLY``: operator paths every sandboxed backend sees read-only."""
 
     @property
     def fetch_allow(self) -> FetchAllow:

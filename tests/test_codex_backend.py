@@ -15,7 +15,7 @@ import pytest
 from api.settings import ServiceSettings
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.settings import RunnerSettings
-from tests.codex_mock import MockResponses, config_toml, user_messages
+from tests.codex_mock import MODEL, MockResponses, config_toml, user_messages
 from tests.conftest import app_client
 from tests.support import task_body
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle
@@ -111,6 +111,8 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
         output = await lines(client, "cx1")
         trace = [json.loads(line) for line in await lines(client, "cx1", "trace")]
         record = await session(client, "cx1")
+        streams = {item["stream"] for item in (await client.get(
+            "/api/v1/sessions/cx1/output", params={"limit": 1000})).json()["items"]}
     assert first["state"] == "completed", (first, first_output)
     made = [path for path in job_dirs(codex_settings)[0].rglob("codex-made.txt")]
     assert [path.read_text() for path in made] == ["made-by-codex\n"], \
@@ -131,6 +133,8 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
     assert len(rollouts) == 1, "Codex's rollout lies in the session volume"
     everything = json.dumps([first, second, record, output, trace])
     assert API_KEY_CANARY not in everything
+    assert streams == {"stdout", "stderr"}, "Codex's standard error reaches the session"
+    assert any(f"`{MODEL}`" in line for line in output), "the model's name is not masked"
     logs = [folder / name for folder in job_dirs(codex_settings)
             for name in ("stdout.log", "stderr.log", "trace.jsonl")]
     assert all(API_KEY_CANARY not in log.read_text() for log in logs), "nor in the job's logs"

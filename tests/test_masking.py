@@ -157,3 +157,24 @@ def test_pod_registers_env_transient_and_volume_secrets(tmp_path: Path) -> None:
     register_pod_secrets(masker, entries, ["LAB_API_KEY"], uses, env)
     text = "tool-token-value lab-key-value volume-secret-line ssh.example:22 /home/svc"
     assert masker.mask_text(text) == f"{MASK} {MASK} {MASK} ssh.example:22 /home/svc"
+
+
+def test_a_configuration_file_masks_only_its_credential_like_values() -> None:
+    masker = Masker()
+    masker.add_secret_file("config.toml", '\n'.join([
+        'model = "mock-model"', 'model_provider = "mock-provider"',
+        '[model_providers.mock-provider]', 'base_url = "http://127.0.0.1:1/v1"',
+        'api_key = "canary-api-key-1"', 'proxy = "https://user:canary-pass-2@proxy.example/"',
+        '[model_providers.mock-provider.http_headers]', 'X-Custom = "canary-header-3"',
+        '[nested]', 'bearer_token = ["canary-token-4"]']))
+    masker.add_secret_file("auth.json", '{"OPENAI_API_KEY": "canary-auth-5", "mode": "apikey-x"}')
+    text = masker.mask_text("mock-model mock-provider http://127.0.0.1:1/v1 canary-api-key-1 "
+                            "canary-pass-2 canary-header-3 canary-token-4 canary-auth-5 apikey-x")
+    assert text == f"mock-model mock-provider http://127.0.0.1:1/v1 {' '.join([MASK] * 6)}"
+    whole = Masker()
+    whole.add_secret_file("config.toml", "not = [json nor toml: mock-model-7")
+    assert whole.mask_text("not = [json nor toml: mock-model-7") == MASK, \
+        "a file that does not parse is all secret"
+    tool = Masker()
+    tool.add_secret_file("", 'model = "tool-model-8"')
+    assert tool.mask_text("tool-model-8") == MASK, "a credential file is all secret"

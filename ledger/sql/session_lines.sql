@@ -12,6 +12,16 @@ SELECT byte_offset FROM session_line_source WHERE runner_job_id = $1 AND channel
 INSERT INTO session_line (session_id, channel, seq, runner_job_id, line, recorded_at)
 SELECT $1, $2, s, $3, l, now() FROM unnest($4::bigint[], $5::text[]) AS t(s, l)
 
+-- name: insert_pieces
+INSERT INTO session_line (session_id, channel, seq, runner_job_id, line, recorded_at, stream,
+                          part, parts)
+SELECT $1, $2, s, $3, l, now(), $6, p, n
+FROM unnest($4::bigint[], $5::text[], $7::integer[], $8::integer[]) AS t(s, l, p, n)
+
+-- name: channel_received
+SELECT coalesce(sum(byte_offset), 0) FROM session_line_source
+WHERE runner_job_id = $1 AND (channel = $2 OR channel = $2 || ':stderr')
+
 -- name: save_offset
 INSERT INTO session_line_source (runner_job_id, channel, byte_offset) VALUES ($1, $2, $3)
 ON CONFLICT (runner_job_id, channel) DO UPDATE SET byte_offset = EXCLUDED.byte_offset
@@ -20,8 +30,13 @@ ON CONFLICT (runner_job_id, channel) DO UPDATE SET byte_offset = EXCLUDED.byte_o
 UPDATE session_line_head SET last_seq = $3 WHERE session_id = $1 AND channel = $2
 
 -- name: page
-SELECT seq, runner_job_id, line, recorded_at FROM session_line
-WHERE session_id = $1 AND channel = $2 AND seq > $3 ORDER BY seq LIMIT $4
+SELECT seq, runner_job_id, line, recorded_at, stream, part, parts FROM (
+    SELECT seq, runner_job_id, line, recorded_at, stream, part, parts,
+           sum(octet_length(line)) OVER (ORDER BY seq) - octet_length(line) AS before
+    FROM (SELECT * FROM session_line
+          WHERE session_id = $1 AND channel = $2 AND seq > $3 ORDER BY seq LIMIT $4) AS taken
+) AS counted
+WHERE before < $5 ORDER BY seq
 
 -- name: last_seq
 SELECT coalesce(max(last_seq), 0) FROM session_line_head WHERE session_id = $1 AND channel = $2

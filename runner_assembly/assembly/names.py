@@ -44,6 +44,9 @@ TOKEN_FILE = "runner.token"
 CHANNEL_FILES = {"output": "stdout.log", "trace": "trace.jsonl"}
 """The runner's own scratch files for each session channel (it ships them; nobody else reads
 them)."""
+STDERR_FILE = "stderr.log"
+"""The runner's scratch file of the backend's standard error, masked: shipped to the session's
+output channel as the ``stderr`` stream."""
 
 
 def kube_name(identifier: str) -> str:

@@ -69,6 +69,8 @@ class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     output_max_bytes: int = 64 * 1024 * 1024
     """``SVC_OUTPUT_MAX_BYTES``: what the backend may print in this turn; past it the runner
     drops the rest and traces the count (:mod:`runner_assembly.runner.output_bound`)."""
+    sandbox_read_only: list[str] = msgspec.field(default_factory=list)
+    """``SVC_SANDBOX_READ_ONLY``: operator paths the backend's sandbox shows read-only."""
 
 
 class JobFileRefused(Exception):

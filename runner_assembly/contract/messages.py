@@ -14,6 +14,8 @@ import msgspec
 from msgspec import Meta
 
 Channel = Literal["output", "trace"]
+Stream = Literal["stdout", "stderr"]
+"""Which of the backend's streams an output line came from."""
 MAX_BATCH_LINES = 1000
 MAX_LINE_BYTES = 64 * 1024
 MAX_ASSEMBLY_BYTES = 64 * 1024
@@ -45,13 +47,25 @@ class ClaimBody(Message, frozen=True):
     """The runner's startup event (SPEC 2.11): only its summary fields are kept, bounded."""
 
 
-class LinesBody(Message, frozen=True):
-    """Batch number ``seq`` (1, 2, … per channel) of a job's output or trace lines."""
+class LinePart(Message, frozen=True):
+    """Part ``part`` of ``parts`` of one line longer than :data:`MAX_LINE_BYTES`: the parts,
+    concatenated in order, are the line."""
+
+    text: Annotated[str, Meta(max_length=MAX_LINE_BYTES)]
+    part: Annotated[int, Meta(ge=1, le=2**31 - 1)]
+    parts: Annotated[int, Meta(ge=2, le=2**31 - 1)]
+
+
+class LinesBody(Message, frozen=True, omit_defaults=True):
+    """Batch number ``seq`` (1, 2, … per channel and stream) of a job's output or trace
+    lines; a line is a string, or a :class:`LinePart` of a longer one. ``stream``: the
+    backend's stream of an output batch (a trace batch is ``stdout``)."""
 
     channel: Channel
     seq: Annotated[int, Meta(ge=1, le=2**62)]
-    lines: Annotated[list[Annotated[str, Meta(max_length=MAX_LINE_BYTES)]],
+    lines: Annotated[list[Annotated[str, Meta(max_length=MAX_LINE_BYTES)] | LinePart],
                      Meta(max_length=MAX_BATCH_LINES)]
+    stream: Stream = "stdout"
 
 
 class AssemblyBody(Message, frozen=True):

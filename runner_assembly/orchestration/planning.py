@@ -124,5 +124,6 @@ class JobPlanner:
             new_thread=thread_id is None, thread_id=thread_id,
             resource_bin_path=settings.resource_bin_path,
             workspace_root=settings.workspace_root, fetch_allow=settings.fetch_allow,
-            output_max_bytes=settings.output_max_bytes)
+            output_max_bytes=settings.output_max_bytes,
+            sandbox_read_only=list(settings.sandbox_read_only))
         return JobSpec(job=file, secret_root=str(settings.secrets_dir), job_secret=job_secret)

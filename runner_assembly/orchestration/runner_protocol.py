@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
 from ledger import leases, session_lines
-from ledger.errors import InvalidTransition, Unauthorized
+from ledger.errors import InvalidRequest, InvalidTransition, Unauthorized
 from ledger.events import JobExit
 from ledger.runner_job import (
     ClaimJob,
@@ -152,12 +153,20 @@ class RunnerProtocol:
         return state
 
     async def lines(self, runner_job_id: str, token: str, channel: str, seq: int,
-                    lines: list[str]) -> bool:
-        """Append one numbered batch of lines to the job's session; False for a resent one."""
+                    lines: Sequence[str | session_lines.Piece], stream: str = "stdout") -> bool:
+        """Append one numbered batch of lines (of the backend's ``stream``) to the job's
+        session; False for a resent one. ``invalid-request`` (once the token is checked) for
+        a trace batch of ``stderr`` or a part numbered past its count."""
         job = await self.authorized(runner_job_id, token, claimed=True)
+        if channel == "trace" and stream != "stdout":
+            raise InvalidRequest("a trace batch has no stream of its own")
+        if any(not isinstance(line, str) and (line.part or 0) > (line.parts or 0)
+               for line in lines):
+            raise InvalidRequest("a line part's number is past its count of parts")
         async with self.pool.acquire() as conn:
             return await session_lines.append_batch(conn, job.session_id, runner_job_id,
-                                                    channel, seq, lines, self.output_max_bytes)
+                                                    channel, seq, lines, self.output_max_bytes,
+                                                    stream)
 
     async def authorized(self, runner_job_id: str, token: str, *,
                          claimed: bool = False) -> RunnerJobState:

@@ -33,6 +33,8 @@ FAILURE_KIND = re.compile(r"[a-z0-9-]+")
 """The form of a reported blocker kind; any other report is an unnamed blocker
 (``infra-failed``)."""
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The system directories every sandbox shows read-only (an install in them is visible)."""
 USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens",
                 "reasoning_output_tokens")
 
@@ -81,22 +83,55 @@ def _launcher(program: str) -> list[str]:
 
 def install_roots(command: Sequence[str]) -> list[Path]:
     """What the sandbox shows read-only for the files ``command`` names by absolute path: the
-    file itself and, behind a link, what it resolves to; for a file of an npm install, the
-    whole outermost ``node_modules`` (the package's native binary lies beside it)."""
+    file itself and, behind a link, the install root of what it resolves to
+    (:func:`install_root`); for a script, also its interpreter's (``#!`` line)."""
     roots: list[Path] = []
     for argument in command:
         path = Path(argument)
         if not (path.is_absolute() and path.is_file()):
             continue
-        resolved = path.resolve()
-        packages = [parent for parent in resolved.parents if parent.name == "node_modules"]
-        root = packages[-1] if packages else resolved
-        roots += [root] if path.is_relative_to(root) else [path, root]
+        for target in (path, *_interpreter(path.resolve())):
+            root = install_root(target)
+            roots += [root] if target.is_relative_to(root) else [target, root]
     kept: list[Path] = []
     for root in sorted(set(roots)):  # a parent sorts before its children
         if not any(root.is_relative_to(other) for other in kept):
             kept.append(root)
     return kept
+
+
+def install_root(path: Path) -> Path:
+    """The install that the file ``path`` resolves to belongs to: the outermost
+    ``node_modules`` of an npm install (a package's native binary lies beside it); the
+    prefix of a program in its ``bin`` directory when that prefix is an install (a Python
+    virtual environment's ``pyvenv.cfg``, or a ``lib`` directory beside ``bin``: ``/opt/x``,
+    ``~/.local``); else the resolved file alone."""
+    resolved = path.resolve()
+    packages = [parent for parent in resolved.parents if parent.name == "node_modules"]
+    if packages:
+        return packages[-1]
+    prefix = resolved.parent.parent
+    if resolved.parent.name in ("bin", "sbin") and prefix != prefix.parent and (
+            (prefix / "pyvenv.cfg").is_file() or (prefix / "lib").is_dir()) \
+            and prefix != Path.home().resolve():
+        return prefix
+    return resolved
+
+
+def _interpreter(script: Path) -> list[Path]:
+    """The absolute interpreter a script's ``#!`` line names, unless the system has it (none
+    for a binary)."""
+    try:
+        with script.open("rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return []
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if not words or not Path(words[0]).is_absolute() or not Path(words[0]).is_file():
+        return []
+    interpreter = Path(words[0])
+    system = any(interpreter.resolve().is_relative_to(root) for root in SYSTEM_DIRS)
+    return [] if system else [interpreter]
 
 
 def resume_refused(job: JobFile, session_dir: Path) -> str | None:

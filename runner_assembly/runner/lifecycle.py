@@ -24,20 +24,20 @@ import msgspec
 
 from ledger.states import FailureKind, job_state_of_failure
 from runner_assembly.assembly.failures import AssemblyFailure
-from runner_assembly.assembly.names import CHANNEL_FILES
+from runner_assembly.assembly.names import CHANNEL_FILES, STDERR_FILE
 from runner_assembly.contract import jobfile
 from runner_assembly.contract.jobfile import JobFile
 from runner_assembly.contract.messages import ExitBody, ExitState
 from runner_assembly.runner import backends, beneath
 from runner_assembly.runner.assemble import Assembler, Launch
-from runner_assembly.runner.backend_run import Relayed, run_relayed
+from runner_assembly.runner.backend_run import Relayed, failure_with_errors, run_relayed
 from runner_assembly.runner.crash import crash_at
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.manager_client import ManagerClient
 from runner_assembly.runner.masking import Masker
 from runner_assembly.runner.session_volume import summarize
-from runner_assembly.runner.shipping import Heartbeats, Shipper
+from runner_assembly.runner.shipping import Heartbeats, Shipper, Source
 from runner_assembly.runner.startup import startup_event
 
 BLOCKER_FILE = ".svc-blocker"
@@ -114,8 +114,9 @@ class Lifecycle:
 
     def shipper(self, sent: Callable[[str], None] | None = None) -> Shipper:
         """The line shipper over the scratch channel files, from now on."""
-        return Shipper(self.client, {channel: self.scratch / name
-                                     for channel, name in CHANNEL_FILES.items()}, sent)
+        files = {Source(channel): self.scratch / name for channel, name in CHANNEL_FILES.items()}
+        files[Source("output", "stderr")] = self.scratch / STDERR_FILE
+        return Shipper(self.client, files, sent)
 
     def assemble(self, assembler: Assembler) -> Launch | ExitBody:
         """Run the assembly steps and send the bounded event: how the backend starts (its
@@ -223,8 +224,8 @@ class Lifecycle:
                 "no replacement thread is recorded"), exit_code=code)
         if code == 0:
             return ExitBody(state="completed", exit_code=0)
-        return ExitBody(state="failed", exit_code=code,
-                        failure_message=f"backend exited with {code}")
+        return ExitBody(state="failed", exit_code=code, failure_message=failure_with_errors(
+            f"backend exited with {code}", self.scratch))
 
     def _report_after(self, code: int, report: ExitBody, reported: backends.Reported) -> None:
         """Trace the backend's exit and usage; send the thread it confirmed (the resumed one

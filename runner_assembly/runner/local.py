@@ -35,7 +35,7 @@ from runner_assembly.runner.lifecycle import MASKER, Lifecycle, connect, read_jo
 from runner_assembly.runner.manager_client import ManagerRefused
 from runner_assembly.runner.network import Network
 from runner_assembly.runner.projection import SecretSource
-from runner_assembly.runner.sandbox import job_mounts, wrap
+from runner_assembly.runner.sandbox import check_visible, job_mounts, wrap
 from runner_assembly.runner.session_volume import link_volume
 
 
@@ -51,19 +51,23 @@ def run(life: Lifecycle, secret_root: Path, bwrap: str | None = None,
     launch = life.assemble(assembler)
     if isinstance(launch, ExitBody):
         return launch
-    return life.run_backend(launch.env, partial(_sandboxed, life, bwrap, network))
+    return life.run_backend(launch.env, partial(_sandboxed, life, bwrap, network,
+                                                launch.env.get("PATH", "")))
 
 
-def _sandboxed(life: Lifecycle, bwrap: str | None, network: Network | None,
+def _sandboxed(life: Lifecycle, bwrap: str | None, network: Network | None, path: str,
                command: list[str]) -> tuple[list[str], str]:
     """The backend command under the job's bubblewrap sandbox, on its own network when
-    given one (as it is without ``bwrap``)."""
+    given one (as it is without ``bwrap``); ``infra-failed`` when the sandbox does not show
+    its program (found on the backend's ``path``)."""
     if bwrap is None:
         return command, "off"
     job, layout = life.job, life.layout
     volume = Path(job.volume_dir) if job.volume_dir else None
-    return wrap(bwrap, command, job_mounts(job, layout, volume), layout.workspace,
-                network=network, own_user=True), "bwrap"
+    mounts = job_mounts(job, layout, volume)
+    check_visible(command, mounts, path)
+    return wrap(bwrap, command, mounts, layout.workspace, network=network,
+                own_user=True), "bwrap"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
 import msgspec
@@ -27,9 +27,11 @@ from runner_assembly.contract.messages import (
     ClaimBody,
     ExitBody,
     HeartbeatBody,
+    LinePart,
     LinesBody,
     Message,
     StorageSummaryBody,
+    Stream,
     ThreadBody,
 )
 
@@ -167,9 +169,11 @@ class ManagerClient:
         """Renew the job's lease."""
         self._job("heartbeat", HeartbeatBody())
 
-    def lines(self, channel: str, seq: int, lines: list[str]) -> None:
-        """Send batch number ``seq`` of a channel's lines."""
-        self._job("lines", LinesBody(channel=cast(Channel, channel), seq=seq, lines=lines))
+    def lines(self, channel: str, seq: int, lines: Sequence[str | LinePart],
+              stream: Stream = "stdout") -> None:
+        """Send batch number ``seq`` of a channel's (and stream's) lines."""
+        self._job("lines", LinesBody(channel=cast(Channel, channel), seq=seq, lines=list(lines),
+                                     stream=stream))
 
     def assembly(self, event: Mapping[str, object]) -> None:
         """Send the bounded assembly event."""

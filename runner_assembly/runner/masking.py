@@ -30,6 +30,8 @@ from urllib.parse import quote, quote_plus
 
 import re2
 
+from runner_assembly.runner.config_secrets import CONFIGURATION_FILES, credential_strings
+
 if TYPE_CHECKING:
     from ledger.redaction import RE2Pattern
 
@@ -106,6 +108,17 @@ class Masker:
         self.add(content)
         self.add_all(content.splitlines())
         self.add_all(_structured_strings(content))
+
+    def add_secret_file(self, name: str, content: str) -> None:
+        """Register the secret key ``name``'s file: a configuration file (``config.toml``,
+        ``model-catalog.json``) by its credential-like values only, so model names and
+        endpoints stay readable (:mod:`~runner_assembly.runner.config_secrets`); any other
+        file, or one that does not parse, whole (:meth:`add_file`)."""
+        values = credential_strings(content) if name in CONFIGURATION_FILES else None
+        if values is None:
+            self.add_file(content)
+        else:
+            self.add_all(values)
 
     def _compiled(self) -> RE2Pattern | None:
         with self._lock:

@@ -46,6 +46,7 @@ from runner_assembly.runner.sandbox import (
     BWRAP,
     OFF,
     SandboxUnavailable,
+    check_visible,
     find_bwrap,
     pod_mounts,
     wrap,
@@ -110,18 +111,20 @@ def backend(job_path: Path) -> int:
     register_pod_secrets(MASKER, plan.env, plan.transient_env.names, plan.secrets, env)
     beats, shipper = life.heartbeats(), life.shipper()
     try:
-        report = life.run_backend(env, partial(_wrapped, life), forward_term)
+        report = life.run_backend(env, partial(_wrapped, life, env.get("PATH", "")),
+                                  forward_term)
     finally:
         beats.stop()
     return finish(life, beats, report, shipper)
 
 
-def _wrapped(life: Lifecycle, command: list[str]) -> tuple[list[str], str]:
+def _wrapped(life: Lifecycle, path: str, command: list[str]) -> tuple[list[str], str]:
     """The backend command as the pod runs it: its mounted credentials checked, under
-    bubblewrap unless ``SVC_POD_SANDBOX=off``."""
+    bubblewrap unless ``SVC_POD_SANDBOX=off`` (its program found on the backend's
+    ``path``)."""
     check_mounted_secrets(life.job.plan.secrets)
     mode = os.environ.get("SVC_POD_SANDBOX") or BWRAP
-    return (command if mode == OFF else sandboxed(life.job, life.layout, command)), mode
+    return (command if mode == OFF else sandboxed(life.job, life.layout, command, path)), mode
 
 
 def non_dumpable() -> None:
@@ -132,15 +135,18 @@ def non_dumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
-def sandboxed(job: JobFile, layout: Layout, command: list[str]) -> list[str]:
+def sandboxed(job: JobFile, layout: Layout, command: list[str], path: str = "") -> list[str]:
     """The backend command under bubblewrap: home, workspaces, session volume and volume
     credentials, but not the per-job Secret's mount (the runner token, the job file) and
-    not the runner's scratch. No bwrap, no backend: ``infra-failed`` (never unsandboxed)."""
+    not the runner's scratch. No bwrap, no backend: ``infra-failed`` (never unsandboxed);
+    nor when the sandbox does not show the program (found on ``path``)."""
     try:
         bwrap = find_bwrap()
     except SandboxUnavailable as error:
         raise AssemblyFailure(FailureKind.INFRA_FAILED, str(error)) from None
-    return wrap(bwrap, command, pod_mounts(job, layout, STATE_DIR), layout.workspace)
+    mounts = pod_mounts(job, layout, STATE_DIR)
+    check_visible(command, mounts, path)
+    return wrap(bwrap, command, mounts, layout.workspace)
 
 
 def forward_term(child: subprocess.Popen[bytes]) -> None:
@@ -193,7 +199,8 @@ def register_pod_secrets(masker: Masker, entries: list[EnvEntry], transient: lis
             continue
         for key in use.keys:
             with contextlib.suppress(OSError):
-                masker.add_file((folder / key).read_text(errors="replace"))
+                masker.add_secret_file(key if use.role == "provider" else "",
+                                       (folder / key).read_text(errors="replace"))
 
 
 def main() -> int:

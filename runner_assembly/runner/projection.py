@@ -45,7 +45,8 @@ class SecretSource:
             except FileNotFoundError:
                 raise AssemblyFailure(FailureKind.SECRET_UNAVAILABLE,
                                       f"secret {use.name} lacks key {key}") from None
-            self.masker.add_file(content.decode(errors="replace"))
+            self.masker.add_secret_file(key if use.role == "provider" else "",
+                                        content.decode(errors="replace"))
             with refusing(use.name):
                 beneath.write_file(root, relative / key, content, mode)
 

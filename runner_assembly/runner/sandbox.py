@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import runner_assembly
+from ledger.states import FailureKind
+from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.contract.jobfile import JobFile
-from runner_assembly.runner.backends import argv, install_roots
+from runner_assembly.runner.backends import SYSTEM_DIRS, argv, install_roots
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.network import Network, NetworkUnavailable, find_pasta
@@ -41,7 +43,6 @@ def mode_error(setting: str, value: str) -> str | None:
     """Why ``value`` is no sandbox mode for ``setting``, or None when it is one."""
     return None if value in MODES else f"{setting} is {' or '.join(MODES)}, not {value!r}"
 
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_ENTRIES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group",
                "nsswitch.conf", "host.conf", "hosts", "resolv.conf", "gai.conf", "services",
                "protocols", "ssl", "ca-certificates", "localtime", "mime.types", "os-release")
@@ -180,7 +181,40 @@ def readable_paths(job: JobFile) -> list[Path]:
     bin_path = job.resource_bin_path
     if bin_path:
         readable.append(Path(bin_path))
-    return readable
+    return readable + [Path(path) for path in job.sandbox_read_only]
+
+
+def check_visible(command: Sequence[str], mounts: Mounts, path: str) -> None:
+    """``infra-failed`` before the backend starts when its program is not visible inside the
+    sandbox with ``mounts``: not found (by its absolute name, else on the backend's ``path``)
+    or found only outside every path the sandbox shows. A workspace-relative program is
+    :func:`~runner_assembly.runner.launch.check_backend_launch`'s."""
+    program = command[0] if command else ""
+    if "/" in program and not program.startswith("/"):
+        return
+    roots = [Path(name) for name in SYSTEM_DIRS]
+    roots += [*mounts.read_only, *mounts.read_write, *mounts.read_only_over]
+    candidates = [Path(program)] if program.startswith("/") else [
+        Path(folder) / program for folder in path.split(":") if folder.startswith("/")]
+    found = [candidate for candidate in candidates if candidate.is_file()]
+    if any(_shown(candidate, roots) for candidate in found):
+        return
+    reason = (f"{found[0]} lies outside every path the sandbox shows" if found
+              else "it is not found" if program.startswith("/")
+              else "it is not found on the backend's PATH")
+    raise AssemblyFailure(
+        FailureKind.INFRA_FAILED,
+        f"the backend program {program} is not visible inside the sandbox: {reason}; name it "
+        "by the absolute path of its install, or add its directory to SVC_SANDBOX_READ_ONLY",
+        details={"program": program, "setting": "SVC_SANDBOX_READ_ONLY"})
+
+
+def _shown(path: Path, roots: Sequence[Path]) -> bool:
+    """Whether the sandbox shows ``path`` (by its name, or its directory's real name) and
+    what it resolves to."""
+    shown = [*roots, *(root.resolve() for root in roots)]
+    named = _within(path, shown) or _within(path.parent.resolve() / path.name, shown)
+    return named and _within(path.resolve(), shown)
 
 
 def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path, *,

@@ -1,8 +1,10 @@
 """Threads of a runner job that keep the manager informed: the line shipper and heartbeats.
 
-The runner writes its masked output and trace to scratch files of its own; the shipper sends
-their complete lines in batches numbered 1, 2, … per channel (a resent batch is accepted
-once), and at the end the last line without its newline too.
+The runner writes its masked output, the backend's masked errors and its trace to scratch
+files of its own; the shipper sends their complete lines in batches numbered 1, 2, … per
+channel and stream (a resent batch is accepted once), and at the end the last line without
+its newline too. A line longer than a protocol line goes in numbered parts
+(:mod:`runner_assembly.runner.line_parts`), never cut.
 """
 
 from __future__ import annotations
@@ -11,18 +13,30 @@ import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
+from runner_assembly.contract.messages import MAX_LINE_BYTES, LinePart, Stream
+from runner_assembly.runner.line_parts import line_items
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 
 MAX_BATCH_LINES = 500
 MAX_BATCH_BYTES = 256 * 1024
 SHIP_EVERY_S = 0.2
+SCAN_BYTES = 1024 * 1024
+"""How much of a line longer than a batch is read at a time while looking for its end."""
+
+
+class Source(NamedTuple):
+    """Where a scratch file's lines go: a session channel, and the backend's stream."""
+
+    channel: str
+    stream: Stream = "stdout"
 
 
 class Shipper:
-    """Sends the lines of a job's scratch channel files to the manager."""
+    """Sends the lines of a job's scratch files to the manager."""
 
-    def __init__(self, client: ManagerClient, files: dict[str, Path],
+    def __init__(self, client: ManagerClient, files: dict[Source, Path],
                  sent: Callable[[str], None] | None = None) -> None:
         """``sent(channel)`` is called after a batch is sent, before its number is kept."""
         self.client = client
@@ -30,6 +44,10 @@ class Shipper:
         self.files = files
         self.offsets = dict.fromkeys(files, 0)
         self.seqs = dict.fromkeys(files, 0)
+        self._long: dict[Source, tuple[list[LinePart], int]] = {}
+        """The parts of a long line not sent yet, and the offset after the line."""
+        self._scanned = dict.fromkeys(files, 0)
+        """How far a long line being written is known to have no newline."""
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="shipper")
@@ -43,38 +61,76 @@ class Shipper:
     def ship(self, *, final: bool) -> None:
         """Send every complete line written so far (all of them when ``final``)."""
         with self._lock:
-            for channel, path in self.files.items():
-                while self._ship_batch(channel, path, final):
+            for source, path in self.files.items():
+                while self._ship_batch(source, path, final):
                     pass
 
-    def _ship_batch(self, channel: str, path: Path, final: bool) -> bool:
+    def _ship_batch(self, source: Source, path: Path, final: bool) -> bool:
+        if source in self._long:
+            return self._ship_parts(source)
         try:
             with path.open("rb") as handle:
-                handle.seek(self.offsets[channel])
+                handle.seek(self.offsets[source])
                 data = handle.read(MAX_BATCH_BYTES)
                 more = bool(handle.read(1))
         except FileNotFoundError:
             return False
         end = len(data) if final and not more else data.rfind(b"\n") + 1
-        if end == 0 and len(data) == MAX_BATCH_BYTES:  # a line longer than a batch: cut it
-            end = len(data)
+        if end == 0 and len(data) == MAX_BATCH_BYTES:  # a line longer than a batch
+            return self._take_long(source, path, final)
         if end == 0:
             return False
-        chunk = data[:end]
-        pieces = chunk.split(b"\n")
-        if chunk.endswith(b"\n"):
-            pieces.pop()
-        used = end
-        if len(pieces) > MAX_BATCH_LINES:
-            pieces = pieces[:MAX_BATCH_LINES]
-            used = sum(len(piece) + 1 for piece in pieces)
-        lines = [piece.decode("utf-8", errors="replace").removesuffix("\r") for piece in pieces]
-        self.client.lines(channel, self.seqs[channel] + 1, lines)
-        if self.sent is not None:
-            self.sent(channel)
-        self.seqs[channel] += 1
-        self.offsets[channel] += used
+        items: list[str | LinePart] = []
+        used = 0
+        while used < end:
+            stop = data.find(b"\n", used, end)
+            stop = end if stop < 0 else stop
+            line = line_items(data[used:stop])
+            if items and len(items) + len(line) > MAX_BATCH_LINES:
+                break
+            items += line
+            used = min(stop + 1, end)
+        self._send(source, items)
+        self.offsets[source] += used
         return True
+
+    def _take_long(self, source: Source, path: Path, final: bool) -> bool:
+        """Read a line longer than a batch once it is complete (or the job has ended) and
+        send its first parts; False while it is still being written."""
+        offset = self.offsets[source]
+        with path.open("rb") as handle:
+            handle.seek(max(self._scanned[source], offset))
+            end, newline = handle.tell(), -1
+            while newline < 0 and (chunk := handle.read(SCAN_BYTES)):
+                newline = chunk.find(b"\n")
+                end += newline if newline >= 0 else len(chunk)
+            if newline < 0 and not final:
+                self._scanned[source] = end
+                return False
+            handle.seek(offset)
+            line = handle.read(end - offset)
+        after = end + 1 if newline >= 0 else end
+        parts = [item for item in line_items(line) if isinstance(item, LinePart)]
+        self._long[source] = (parts, after)
+        return self._ship_parts(source)
+
+    def _ship_parts(self, source: Source) -> bool:
+        """Send the next parts of the long line in hand (as many as a batch holds)."""
+        parts, after = self._long[source]
+        batch = parts[:max(MAX_BATCH_BYTES // MAX_LINE_BYTES - 1, 1)]
+        self._send(source, list(batch))
+        if len(batch) < len(parts):
+            self._long[source] = (parts[len(batch):], after)
+        else:
+            del self._long[source]
+            self.offsets[source] = after
+        return True
+
+    def _send(self, source: Source, items: list[str | LinePart]) -> None:
+        self.client.lines(source.channel, self.seqs[source] + 1, items, source.stream)
+        if self.sent is not None:
+            self.sent(source.channel)
+        self.seqs[source] += 1
 
     def finish(self) -> None:
         """Stop the loop and send the rest, the last partial lines included."""
