@@ -88,6 +88,7 @@ def full_job(**local_fields: Any) -> JobFile:
         "runner_job_id": "job_01full", "run_id": "run_1", "task_id": "tsk_1",
         "attempt_id": "att_1", "session_id": "ses_1", "backend_profile": "profile-2",
         "backend_command": ["agent", "--flag"], "backend_kind": "reference",
+        "sandbox_read_only": ["/opt/agent"],
         "prompt": "do the work", "plan": full_plan(),
         "prompt_caps": PromptCaps(per_prompt=1000, total=5000), "new_thread": False,
         "thread_id": "thr_1", "resource_bin_path": "/opt/bin",
