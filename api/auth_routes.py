@@ -28,7 +28,7 @@ class AuthKeyController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
           opt=body(aw.KeyCreateBody, EXAMPLE) | role("admin"))
-    async def create(self, request: HttpRequest, auth_keys: KeysDep) -> aw.KeyCreated:
+    async def create_key(self, request: HttpRequest, auth_keys: KeysDep) -> aw.KeyCreated:
         """Issue a key; the answer holds the key itself, once."""
         spec = await read_body(request, aw.KeyCreateBody)
         return await auth_keys.issue(KeySpec(
@@ -36,12 +36,12 @@ class AuthKeyController(Controller):
             expires_in_s=spec.expires_in_seconds), acting_as("api"))
 
     @get("/", responses=READ_ERRORS, opt=role("admin"))
-    async def index(self, auth_keys: KeysDep) -> aw.KeyList:
+    async def list_keys(self, auth_keys: KeysDep) -> aw.KeyList:
         """Every key: id, prefix, tenant, roles, projects, expiry, revocation."""
         return aw.KeyList(await auth_keys.list())
 
     @post("/{key_id:str}/revoke", status_code=HTTP_200_OK, responses=WRITE_ERRORS,
           opt=role("admin"))
-    async def revoke(self, auth_keys: KeysDep, key_id: KeyId) -> aw.KeyView:
+    async def revoke_key(self, auth_keys: KeysDep, key_id: KeyId) -> aw.KeyView:
         """Revoke a key: refused from now on (revoking it again changes nothing)."""
         return await auth_keys.revoke(key_id, acting_as("api"))

@@ -53,6 +53,8 @@ SECURITY_SCHEMES: JSONObject = {
                     "description": "A runner job's own token (the runner protocol, DESIGN 9): "
                                    "valid for that job alone, until it ends."},
 }
+OPERATION_ID_PATTERN = "^[a-z]+(?:[A-Z][a-z0-9]*)*$"
+"""An operation id: verb + noun in camelCase (``submitTask``, ``listSessions``)."""
 BODY_KEY = "svc_body"
 OK_KEY = "svc_ok_200"
 ANY_JSON = object
@@ -87,6 +89,14 @@ def command(path: str, kind: type[object], example: JSONValue,
                 opt=body(kind, example, required=required) | (access or {}))
 
 
+def operation_id(handler: HTTPRouteHandler, _method: object, _path: object) -> str:
+    """The operation id of a route: its handler's name (``verb_noun``) in camelCase, so a
+    generated client calls ``submitTask``; the handler names are the one place ids come
+    from, and the document refuses two equal ones (:func:`complete`)."""
+    head, *rest = handler.handler_name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
 def also_ok(description: str) -> dict[str, object]:
     """``opt`` of a route answering 201 that also answers 200 (dry run, replay)."""
     return {OK_KEY: description}
@@ -111,7 +121,20 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
                     _complete_operation(operation, handler.opt, schemas)
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
+    _unique_ids(paths)
     return done
+
+
+def _unique_ids(paths: JSONObject) -> None:
+    """Refuse a document where two operations share an id (a client would lose one)."""
+    seen: set[str] = set()
+    for item in paths.values():
+        for operation in item.values() if isinstance(item, dict) else ():
+            name = operation.get("operationId") if isinstance(operation, dict) else None
+            if isinstance(name, str):
+                if name in seen:
+                    raise ValueError(f"two OpenAPI operations have the id {name}")
+                seen.add(name)
 
 
 def _member(parent: JSONObject, key: str) -> JSONObject:
