@@ -9,6 +9,7 @@ integer bounds written as integers.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -93,8 +94,7 @@ def operation_id(handler: HTTPRouteHandler, _method: object, _path: object) -> s
     """The operation id of a route: its handler's name (``verb_noun``) in camelCase, so a
     generated client calls ``submitTask``; the handler names are the one place ids come
     from, and the document refuses two equal ones (:func:`complete`)."""
-    head, *rest = handler.handler_name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
+    return camel(handler.handler_name)
 
 
 def also_ok(description: str) -> dict[str, object]:
@@ -122,7 +122,33 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
     _unique_ids(paths)
+    done["paths"] = {document_path(path): _camel_parameters(item)
+                     for path, item in paths.items()}
     return done
+
+
+def camel(name: str) -> str:
+    """``task_id`` → ``taskId``: the spelling of every field and parameter of the API."""
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def document_path(path: str) -> str:
+    """``/tasks/{task_id}`` → ``/tasks/{taskId}``: the URLs are the same, only the names of
+    their parameters change (the routes, metric labels and logs keep Litestar's)."""
+    return re.sub(r"\{([a-z0-9_]+)\}", lambda found: "{" + camel(found[1]) + "}", path)
+
+
+def _camel_parameters(item: JSONValue) -> JSONValue:
+    """A path item whose path parameters are named in camelCase."""
+    if not isinstance(item, dict):
+        return item
+    for operation in item.values():
+        listed = operation.get("parameters") if isinstance(operation, dict) else None
+        for parameter in listed if isinstance(listed, list) else ():
+            if isinstance(parameter, dict) and parameter.get("in") == "path":
+                parameter["name"] = camel(str(parameter["name"]))
+    return item
 
 
 def _unique_ids(paths: JSONObject) -> None:
