@@ -24,6 +24,7 @@ from litestar.status_codes import HTTP_200_OK
 
 from api.access import is_open, runner_access
 from api.errors import error_description
+from api.location import Located
 from ledger.jsonvalue import JSONObject, JSONValue
 
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -121,6 +122,7 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
                     _complete_operation(operation, handler.opt, schemas)
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
+                    _locate(operation, handler)
     _unique_ids(paths)
     done["paths"] = {document_path(path): _camel_parameters(item)
                      for path, item in paths.items()}
@@ -161,6 +163,16 @@ def _unique_ids(paths: JSONObject) -> None:
                 if name in seen:
                     raise ValueError(f"two OpenAPI operations have the id {name}")
                 seen.add(name)
+
+
+def _locate(operation: JSONObject, handler: HTTPRouteHandler) -> None:
+    """The ``Location`` header of a 201 answer, from the route's :class:`Located` hook."""
+    hook = handler.after_request
+    created = _member(operation, "responses").get("201")
+    if isinstance(hook, Located) and isinstance(created, dict):
+        created["headers"] = {"Location": {
+            "description": f"The URL of what was created: {hook.template}",
+            "required": True, "schema": {"type": "string", "format": "uri-reference"}}}
 
 
 def _member(parent: JSONObject, key: str) -> JSONObject:

@@ -13,6 +13,7 @@ from api.access import role
 from api.batch_body import read_batch
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.location import Located
 from api.openapi import also_ok, body, command
 from api.params import (
     Caller,
@@ -43,6 +44,7 @@ class QueueController(Controller):
     tags = ("queue",)
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          after_request=Located("/api/v1/queue/tasks/{taskId}"),
           opt=body(wire.SubmitBody, examples.SUBMIT)
           | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key")
           | role("submitter"))

@@ -20,6 +20,7 @@ from api.access import RUNNER_TOO, role
 from api.auth_principal import RUNNER
 from api.body import convert, decode, read_body
 from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS, error_responses
+from api.location import Located
 from api.openapi import also_ok, body, command
 from api.params import (
     AfterSeq,
@@ -51,6 +52,7 @@ class SessionController(Controller):
     tags = ("sessions",)
 
     @post("/", status_code=HTTP_201_CREATED, responses=OPENING_ERRORS,
+          after_request=Located("/api/v1/sessions/{sessionId}"),
           opt=body(sw.SessionCreateBody, examples.SESSION_CREATE, required=False)
           | also_ok("dry run: the plan, nothing created") | role("operator"))
     async def create_session(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
@@ -165,6 +167,7 @@ class RunCommandController(Controller):
     tags = ("runs", "sessions")
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          after_request=Located("/api/v1/sessions/{sessionId}"),
           opt=body(sw.CommandBody, examples.COMMAND)
           | also_ok("dry run (the plan), or the command already added under this commandId")
           | role("operator"))

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 
 from api.openapi import OPERATION_ID_PATTERN
-from tests.support import task_body
+from runner_assembly.settings import RunnerSettings
+from tests.support import task_body, write_profile_secret
+from tests.test_sessions import wait_idle
 
 Client = httpx.AsyncClient
 SCHEMA = "/api/v1/schema/openapi.json"
@@ -87,3 +89,74 @@ async def test_a_url_filled_from_the_template_reaches_the_resource(client: Clien
         assert "get" in paths[template]
         shown = await client.get(template.format(taskId=task_id))
         assert shown.status_code == 200, (template, shown.text)
+
+
+LOCATED = {"submitTask": "/api/v1/queue/tasks/{taskId}",
+           "createSession": "/api/v1/sessions/{sessionId}",
+           "addCommand": "/api/v1/sessions/{sessionId}",
+           "createKey": "/api/v1/auth/keys/{keyId}"}
+"""Each operation answering 201 with a ``Location``, and the resource it names. The batch
+submit (many tasks) and a judge's verdict (no resource of its own) name none."""
+
+
+async def test_every_201_documents_its_location(client: Client) -> None:
+    doc = await document(client)
+    documented = {}
+    for _, _, operation in operations(doc):
+        created = operation["responses"].get("201")
+        if created is None:
+            continue
+        header = created.get("headers", {}).get("Location")
+        if header is not None:
+            assert header["required"] is True and header["schema"]["type"] == "string"
+            template = header["description"].rsplit(" ", 1)[1]
+            assert "get" in doc["paths"][template], template
+            documented[operation["operationId"]] = template
+        assert "Location" not in operation["responses"].get("200", {}).get("headers", {})
+    assert documented == LOCATED
+
+
+async def follow(client: Client, created: httpx.Response, field: str) -> dict[str, Any]:
+    """The resource the 201's ``Location`` names: 200, the same id as the answer."""
+    assert created.status_code == 201, created.text
+    location = created.headers["location"]
+    assert location.startswith("/api/v1/") and created.json()[field] in location
+    shown = await client.get(location)
+    assert shown.status_code == 200, (location, shown.text)
+    assert shown.json()[field] == created.json()[field]
+    return dict(shown.json())
+
+
+async def test_location_of_a_submitted_task_shows_it(client: Client) -> None:
+    created = await client.post("/api/v1/queue/tasks", json=task_body(title="located"))
+    shown = await follow(client, created, "taskId")
+    assert shown["title"] == "located"
+    assert created.headers["location"] == f"/api/v1/queue/tasks/{created.json()['taskId']}"
+    replay = await client.post("/api/v1/queue/tasks", json=task_body(title="twice"),
+                               headers={"Idempotency-Key": "k1"})
+    again = await client.post("/api/v1/queue/tasks", json=task_body(title="twice"),
+                              headers={"Idempotency-Key": "k1"})
+    assert (replay.status_code, again.status_code) == (201, 200)
+    assert "location" in replay.headers and "location" not in again.headers
+    dry = await client.post("/api/v1/queue/tasks", params={"dryRun": "true"}, json=task_body())
+    assert dry.status_code == 200 and "location" not in dry.headers
+
+
+async def test_location_of_a_created_key_shows_it_without_the_key(client: Client) -> None:
+    created = await client.post("/api/v1/auth/keys",
+                                json={"tenant": "acme", "roles": ["submitter"]})
+    shown = await follow(client, created, "keyId")
+    assert "key" not in shown and shown["roles"] == ["submitter"]
+    missing = await client.get("/api/v1/auth/keys/key_none")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not-found"
+
+
+async def test_location_of_a_session_and_of_its_command_shows_the_session(
+        client: Client, runner_settings: RunnerSettings) -> None:
+    write_profile_secret(runner_settings.data_dir, "profile-3")
+    created = await client.post("/api/v1/sessions", json={"backendProfile": "profile-3"})
+    session = await follow(client, created, "sessionId")
+    command = await client.post(f"/api/v1/runs/{session['runId']}/commands",
+                                json={"payload": {"prompt": "hello"}})
+    assert (await follow(client, command, "sessionId"))["sessionId"] == session["sessionId"]
+    await wait_idle(client, session["sessionId"])
