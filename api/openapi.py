@@ -23,7 +23,8 @@ from litestar.routes import HTTPRoute
 from litestar.status_codes import HTTP_200_OK
 
 from api.access import is_open, runner_access
-from api.errors import error_description
+from api.error_examples import examples_for
+from api.errors import ERROR_CODES, error_description
 from api.location import Located
 from ledger.jsonvalue import JSONObject, JSONValue
 
@@ -123,7 +124,9 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
                     _locate(operation, handler)
+                    _error_examples(operation)
     _unique_ids(paths)
+    _error_codes(schemas)
     done["paths"] = {document_path(path): _camel_parameters(item)
                      for path, item in paths.items()}
     return done
@@ -173,6 +176,26 @@ def _locate(operation: JSONObject, handler: HTTPRouteHandler) -> None:
         created["headers"] = {"Location": {
             "description": f"The URL of what was created: {hook.template}",
             "required": True, "schema": {"type": "string", "format": "uri-reference"}}}
+
+
+def _error_codes(schemas: JSONObject) -> None:
+    """The error envelope's ``code``: one of the service's codes (``api.errors``)."""
+    error = schemas.get("ErrorBody")
+    properties = error.get("properties") if isinstance(error, dict) else None
+    if isinstance(properties, dict):
+        codes: list[JSONValue] = [*sorted(ERROR_CODES)]
+        properties["code"] = {"type": "string", "enum": codes,
+                              "description": "Stable kebab-case; the status follows from it "
+                                             "(a refusal's failure kind: 400 unless listed)."}
+
+
+def _error_examples(operation: JSONObject) -> None:
+    """Each error answer's examples: the envelope of every code answered with its status."""
+    for status, answer in _member(operation, "responses").items():
+        content = answer.get("content") if isinstance(answer, dict) else None
+        media = content.get("application/json") if isinstance(content, dict) else None
+        if status[0] in "45" and isinstance(media, dict):
+            media["examples"] = dict[str, JSONValue](examples_for(int(status)))
 
 
 def _member(parent: JSONObject, key: str) -> JSONObject:

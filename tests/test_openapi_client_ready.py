@@ -8,7 +8,10 @@ import re
 from typing import Any
 
 import httpx
+import jsonschema
 
+from api.error_examples import EXAMPLES
+from api.errors import ERROR_CODES, STATUS_BY_CODE
 from api.openapi import OPERATION_ID_PATTERN
 from runner_assembly.settings import RunnerSettings
 from tests.support import task_body, write_profile_secret
@@ -160,3 +163,48 @@ async def test_location_of_a_session_and_of_its_command_shows_the_session(
                                 json={"payload": {"prompt": "hello"}})
     assert (await follow(client, command, "sessionId"))["sessionId"] == session["sessionId"]
     await wait_idle(client, session["sessionId"])
+
+
+def envelope_validator(doc: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """A validator of the documented error envelope (its ``$ref``s resolved in ``doc``)."""
+    schema = {"$ref": "#/components/schemas/ErrorEnvelope", "components": doc["components"]}
+    return jsonschema.Draft202012Validator(schema)
+
+
+async def test_the_error_code_is_the_service_s_enum(client: Client) -> None:
+    doc = await document(client)
+    code = doc["components"]["schemas"]["ErrorBody"]["properties"]["code"]
+    assert code["type"] == "string" and set(code["enum"]) == ERROR_CODES
+    assert set(STATUS_BY_CODE) <= ERROR_CODES and "runner-lost" in ERROR_CODES
+    assert set(EXAMPLES) == set(STATUS_BY_CODE), "every code of the table has an example"
+    assert "examples" not in doc["components"]["schemas"]["ErrorEnvelope"]
+
+
+async def test_each_error_status_shows_a_real_example_of_each_of_its_codes(
+        client: Client) -> None:
+    doc = await document(client)
+    valid = envelope_validator(doc)
+    for method, path, operation in operations(doc):
+        for status, answer in operation["responses"].items():
+            if not status.startswith(("4", "5")):
+                continue
+            examples = answer["content"]["application/json"]["examples"]
+            codes = {code for code, wanted in STATUS_BY_CODE.items() if str(wanted) == status}
+            assert set(examples) == codes, (method, path, status)
+            for code, example in examples.items():
+                value = example["value"]
+                valid.validate(value)
+                assert value["error"]["code"] == code
+                assert re.search(r"[a-z]+ [a-z]+", value["error"]["message"]), value
+
+
+async def test_real_error_answers_match_the_documented_envelope(client: Client) -> None:
+    valid = envelope_validator(await document(client))
+    answers = [await client.get("/api/v1/queue/tasks/tsk_none"),
+               await client.get("/api/v1/queue/tasks", params={"cursor": "x1"}),
+               await client.delete("/api/v1/queue/tasks"),
+               await client.post("/api/v1/queue/tasks", json={"title": 1})]
+    assert [a.status_code for a in answers] == [404, 400, 405, 400]
+    for answer in answers:
+        valid.validate(answer.json())
+        assert STATUS_BY_CODE[answer.json()["error"]["code"]] == answer.status_code
