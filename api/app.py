@@ -26,7 +26,7 @@ from api.auth_routes import AuthKeyController
 from api.auth_sources import CredentialSources, configured_sources
 from api.docs_ui import openapi_config
 from api.errors import handle_exception
-from api.health import health, live, metrics, ready
+from api.health import check_health, check_liveness, check_readiness, metrics
 from api.manifest_routes import validate_manifest
 from api.observability import Metrics, middleware
 from api.queue_routes import QueueController
@@ -212,7 +212,8 @@ def create_app(database_url: str, *, pool_size: int = 10,
     app = Litestar(
         route_handlers=[QueueController, AttemptController, RunnerJobController, RunnerController,
                         SessionController, RunCommandController, AuthKeyController,
-                        validate_manifest, live, health, ready, metrics],
+                        validate_manifest, check_liveness, check_health, check_readiness,
+                        metrics],
         dependencies=services.provide(),
         middleware=[middleware(observed), allow_middleware,
                     DefineMiddleware(AuthenticationMiddleware,

@@ -31,7 +31,7 @@ class AttemptController(Controller):
 
     @command("/dispatch", wire.DispatchBody, examples.DISPATCH, OPENING_ERRORS, required=False,
              access=role("operator"))
-    async def dispatch(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def dispatch_task(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                        task_id: TaskId,
                        dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Reserve the attempt, then create its run, command and runner job."""
@@ -40,14 +40,14 @@ class AttemptController(Controller):
         return await answer(caller, task_id, body)
 
     @post("/refresh", status_code=HTTP_200_OK, responses=WRITE_ERRORS, opt=role("operator"))
-    async def refresh(self, queue_api: QueueDep, caller: Caller, task_id: TaskId,
+    async def refresh_task(self, queue_api: QueueDep, caller: Caller, task_id: TaskId,
                       dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Write the core run's terminal state back to the task; no-op while it runs."""
         answer = queue_api.preview_refresh if dry_run else queue_api.refresh
         return await answer(caller, task_id)
 
     @get("/attempts", responses=READ_ERRORS)
-    async def attempts(self, queue_api: QueueDep, caller: Caller, task_id: TaskId,
+    async def list_attempts(self, queue_api: QueueDep, caller: Caller, task_id: TaskId,
                        cursor: RetryCursor = 0, limit: Limit = 50) -> wire.AttemptList:
         """The formal attempt history, oldest first; ``cursor`` is a retry index."""
         return await queue_api.attempts(caller, task_id, cursor, limit)
@@ -57,7 +57,7 @@ class AttemptController(Controller):
           opt=body(wire.JudgeBody, examples.JUDGE)
           | also_ok("dry run, or the original record of the same verdict sent again")
           | role("judge"))
-    async def judge(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def judge_attempt(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                     task_id: TaskId,
                     attempt_id: AttemptId, dry_run: DryRunFlag = False
                     ) -> Response[wire.JudgeRun | wire.DryRun]:
@@ -67,7 +67,7 @@ class AttemptController(Controller):
         return await answer(caller, task_id, attempt_id, body)
 
     @command("/retry", wire.RetryBody, examples.RETRY, WRITE_ERRORS, access=role("operator"))
-    async def retry(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def retry_task(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                     task_id: TaskId,
                     dry_run: DryRunFlag = False) -> Response[wire.Attempt | wire.DryRun]:
         """Retry a failed or blocked task under an idempotency key (SPEC 4.3 rule 6).

@@ -19,7 +19,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 from litestar.params import PathParameter
 from litestar.response import File
 
-from api.openapi import complete
+from api.openapi import complete, operation_id
 from ledger.jsonvalue import JSONObject
 from ledger.version import VERSION
 
@@ -111,4 +111,5 @@ def openapi_config() -> OpenAPIConfig:
     """The document at ``/api/v1/schema/openapi.json``; the docs page at ``/api/v1/schema``
     (and ``/api/v1/schema/swagger``)."""
     return OpenAPIConfig(title="svc", version=VERSION, path=SCHEMA_PATH,
+                         operation_id_creator=operation_id,
                          render_plugins=[LocalSwaggerUI(), CompletedJson()])

@@ -13,6 +13,7 @@ from litestar.openapi import ResponseSpec
 from api.wire import ErrorEnvelope
 from ledger.errors import DomainError
 from ledger.redaction import redact, redact_text
+from ledger.states import FailureKind
 from ledger.store import is_outage
 
 log = logging.getLogger("svc.api")
@@ -46,6 +47,9 @@ STATUS_BY_CODE = {
     "tenant-mismatch": 403,
     "project-mismatch": 403,
 }
+ERROR_CODES = frozenset(STATUS_BY_CODE) | frozenset(FailureKind)
+"""Every ``code`` an error answer may carry: the table's, and the failure kinds a refused
+command or turn is answered with (400 unless the table names them)."""
 RETRY_AFTER_S = 2
 """Seconds a 503 asks the caller to wait before it tries again."""
 CHALLENGE = {"www-authenticate": "Bearer"}
@@ -74,7 +78,8 @@ def envelope(code: str, message: str, details: dict[str, object] | None = None,
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
     """OpenAPI: these statuses answer with the error envelope."""
-    return {status: ResponseSpec(data_container=ErrorEnvelope, description=_DESCRIPTIONS[status])
+    return {status: ResponseSpec(data_container=ErrorEnvelope, description=_DESCRIPTIONS[status],
+                                 generate_examples=False)
             for status in statuses}
 
 

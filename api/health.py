@@ -22,14 +22,14 @@ from runner_assembly.assembly.capability import work_ready_summary
 
 
 @get("/api/v1/live", tags=["health"], responses=READ_ERRORS, opt=OPEN)
-async def live() -> wire.Live:
+async def check_liveness() -> wire.Live:
     """The process serves requests; the database is not asked (a probe that restarts the
     process must not fail while only the database is down)."""
     return wire.Live(status="live", version=VERSION)
 
 
 @get("/api/v1/health", tags=["health"], responses=READ_ERRORS, opt=OPEN)
-async def health(queue_api: QueueDep) -> wire.Health:
+async def check_health(queue_api: QueueDep) -> wire.Health:
     """The service is up and its database answers."""
     # One dependency: Litestar resolves two or more of a handler in a task group per request.
     return wire.Health(status="ok", version=VERSION, database="ok",
@@ -39,7 +39,7 @@ async def health(queue_api: QueueDep) -> wire.Health:
 
 
 @get("/api/v1/ready", tags=["health"], responses=READ_ERRORS, opt=OPEN)
-async def ready(pool: PoolDep) -> wire.Health:
+async def check_readiness(pool: PoolDep) -> wire.Health:
     """Ready to serve: the database answers and every migration is applied."""
     try:
         async with pool.acquire() as conn:

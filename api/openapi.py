@@ -9,6 +9,7 @@ integer bounds written as integers.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,7 +23,9 @@ from litestar.routes import HTTPRoute
 from litestar.status_codes import HTTP_200_OK
 
 from api.access import is_open, runner_access
-from api.errors import error_description
+from api.error_examples import examples_for
+from api.errors import ERROR_CODES, error_description
+from api.location import Located
 from ledger.jsonvalue import JSONObject, JSONValue
 
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -53,6 +56,8 @@ SECURITY_SCHEMES: JSONObject = {
                     "description": "A runner job's own token (the runner protocol, DESIGN 9): "
                                    "valid for that job alone, until it ends."},
 }
+OPERATION_ID_PATTERN = "^[a-z]+(?:[A-Z][a-z0-9]*)*$"
+"""An operation id: verb + noun in camelCase (``submitTask``, ``listSessions``)."""
 BODY_KEY = "svc_body"
 OK_KEY = "svc_ok_200"
 ANY_JSON = object
@@ -87,6 +92,13 @@ def command(path: str, kind: type[object], example: JSONValue,
                 opt=body(kind, example, required=required) | (access or {}))
 
 
+def operation_id(handler: HTTPRouteHandler, _method: object, _path: object) -> str:
+    """The operation id of a route: its handler's name (``verb_noun``) in camelCase, so a
+    generated client calls ``submitTask``; the handler names are the one place ids come
+    from, and the document refuses two equal ones (:func:`complete`)."""
+    return camel(handler.handler_name)
+
+
 def also_ok(description: str) -> dict[str, object]:
     """``opt`` of a route answering 201 that also answers 200 (dry run, replay)."""
     return {OK_KEY: description}
@@ -111,7 +123,79 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
                     _complete_operation(operation, handler.opt, schemas)
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
+                    _locate(operation, handler)
+                    _error_examples(operation)
+    _unique_ids(paths)
+    _error_codes(schemas)
+    done["paths"] = {document_path(path): _camel_parameters(item)
+                     for path, item in paths.items()}
     return done
+
+
+def camel(name: str) -> str:
+    """``task_id`` → ``taskId``: the spelling of every field and parameter of the API."""
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def document_path(path: str) -> str:
+    """``/tasks/{task_id}`` → ``/tasks/{taskId}``: the URLs are the same, only the names of
+    their parameters change (the routes, metric labels and logs keep Litestar's)."""
+    return re.sub(r"\{([a-z0-9_]+)\}", lambda found: "{" + camel(found[1]) + "}", path)
+
+
+def _camel_parameters(item: JSONValue) -> JSONValue:
+    """A path item whose path parameters are named in camelCase."""
+    if not isinstance(item, dict):
+        return item
+    for operation in item.values():
+        listed = operation.get("parameters") if isinstance(operation, dict) else None
+        for parameter in listed if isinstance(listed, list) else ():
+            if isinstance(parameter, dict) and parameter.get("in") == "path":
+                parameter["name"] = camel(str(parameter["name"]))
+    return item
+
+
+def _unique_ids(paths: JSONObject) -> None:
+    """Refuse a document where two operations share an id (a client would lose one)."""
+    seen: set[str] = set()
+    for item in paths.values():
+        for operation in item.values() if isinstance(item, dict) else ():
+            name = operation.get("operationId") if isinstance(operation, dict) else None
+            if isinstance(name, str):
+                if name in seen:
+                    raise ValueError(f"two OpenAPI operations have the id {name}")
+                seen.add(name)
+
+
+def _locate(operation: JSONObject, handler: HTTPRouteHandler) -> None:
+    """The ``Location`` header of a 201 answer, from the route's :class:`Located` hook."""
+    hook = handler.after_request
+    created = _member(operation, "responses").get("201")
+    if isinstance(hook, Located) and isinstance(created, dict):
+        created["headers"] = {"Location": {
+            "description": f"The URL of what was created: {hook.template}",
+            "required": True, "schema": {"type": "string", "format": "uri-reference"}}}
+
+
+def _error_codes(schemas: JSONObject) -> None:
+    """The error envelope's ``code``: one of the service's codes (``api.errors``)."""
+    error = schemas.get("ErrorBody")
+    properties = error.get("properties") if isinstance(error, dict) else None
+    if isinstance(properties, dict):
+        codes: list[JSONValue] = [*sorted(ERROR_CODES)]
+        properties["code"] = {"type": "string", "enum": codes,
+                              "description": "Stable kebab-case; the status follows from it "
+                                             "(a refusal's failure kind: 400 unless listed)."}
+
+
+def _error_examples(operation: JSONObject) -> None:
+    """Each error answer's examples: the envelope of every code answered with its status."""
+    for status, answer in _member(operation, "responses").items():
+        content = answer.get("content") if isinstance(answer, dict) else None
+        media = content.get("application/json") if isinstance(content, dict) else None
+        if status[0] in "45" and isinstance(media, dict):
+            media["examples"] = dict[str, JSONValue](examples_for(int(status)))
 
 
 def _member(parent: JSONObject, key: str) -> JSONObject:

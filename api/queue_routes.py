@@ -13,6 +13,7 @@ from api.access import role
 from api.batch_body import read_batch
 from api.body import read_body
 from api.errors import READ_ERRORS, WRITE_ERRORS
+from api.location import Located
 from api.openapi import also_ok, body, command
 from api.params import (
     Caller,
@@ -43,10 +44,11 @@ class QueueController(Controller):
     tags = ("queue",)
 
     @post("/tasks", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          after_request=Located("/api/v1/queue/tasks/{taskId}"),
           opt=body(wire.SubmitBody, examples.SUBMIT)
           | also_ok("dry run (the plan), or the original task of a replayed Idempotency-Key")
           | role("submitter"))
-    async def submit(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def submit_task(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                      dry_run: DryRunFlag = False,
                      idempotency_key: IdempotencyKey = None
                      ) -> Response[wire.TaskDetail | wire.DryRun]:
@@ -63,7 +65,7 @@ class QueueController(Controller):
           opt=body(wire.BatchSubmitBody, examples.SUBMIT_BATCH)
           | also_ok("dry run (the plans), or every item replayed an earlier submit")
           | role("submitter"))
-    async def submit_batch(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def submit_task_batch(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                            dry_run: DryRunFlag = False
                            ) -> Response[wire.BatchSubmitResult | wire.DryRun]:
         """Submit up to 500 tasks in one transaction, each under its own idempotency key
@@ -86,14 +88,14 @@ class QueueController(Controller):
         return await queue_api.list_tasks(caller, queue, task_state, cursor, limit, updated_after)
 
     @get("/tasks/{task_id:str}", responses=READ_ERRORS)
-    async def show(self, queue_api: QueueDep, caller: Caller,
+    async def show_task(self, queue_api: QueueDep, caller: Caller,
                    task_id: TaskId) -> Response[wire.TaskDetail]:
         """The task detail with ``latestAttempt`` and ``sessionPath``."""
         return await queue_api.show(caller, task_id)
 
     @command("/tasks/{task_id:str}/cancel", wire.CancelBody, examples.CANCEL, WRITE_ERRORS,
               required=False, access=role("operator"))
-    async def cancel(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def cancel_task(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                      task_id: TaskId,
                      dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Cancel a task (optional ``reason``)."""
@@ -104,7 +106,7 @@ class QueueController(Controller):
 
     @command("/tasks/{task_id:str}/read", wire.ReadBody, examples.READ, WRITE_ERRORS,
              access=role("submitter"))
-    async def read(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def mark_task_read(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                    task_id: TaskId,
                    dry_run: DryRunFlag = False) -> wire.TaskDetail | wire.DryRun:
         """Advance ``readerId``'s read cursor to the task's current version."""
@@ -113,13 +115,13 @@ class QueueController(Controller):
         return await answer(caller, task_id, body.reader_id)
 
     @get("/stats", responses=READ_ERRORS)
-    async def stats(self, queue_api: QueueDep, caller: Caller,
+    async def queue_stats(self, queue_api: QueueDep, caller: Caller,
                     queue: QueueQuery = None) -> Response[wire.QueueStats]:
         """Task counts by queue, lane, state and backend profile."""
         return await queue_api.stats(caller, queue)
 
     @get("/commander", responses=READ_ERRORS)
-    async def commander(self, queue_api: QueueDep, caller: Caller, queue: QueueQuery = None,
+    async def commander_view(self, queue_api: QueueDep, caller: Caller, queue: QueueQuery = None,
                         reader_id: ReaderQuery = None,
                         limit: CommanderLimit = 20) -> Response[wire.CommanderView]:
         """The tasks needing attention first, with counts by state and unread flags."""

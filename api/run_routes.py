@@ -27,13 +27,14 @@ class RunnerJobController(Controller):
     tags = ("runs",)
 
     @get("/", responses=READ_ERRORS)
-    async def show(self, queue_api: QueueDep, caller: Caller, run_id: RunId) -> wire.RunnerJob:
+    async def show_runner_job(self, queue_api: QueueDep, caller: Caller,
+                              run_id: RunId) -> wire.RunnerJob:
         """The run's runner job: plan (names, keys, paths, hashes), status, assembly event."""
         return await queue_api.runner_job(caller, run_id)
 
     @command("/", wire.RunnerJobBody, examples.RUNNER_JOB, WRITE_ERRORS, required=False,
              access=role("operator"))
-    async def create(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
+    async def create_runner_job(self, request: HttpRequest, queue_api: QueueDep, caller: Caller,
                      run_id: RunId,
                      dry_run: DryRunFlag = False) -> wire.RunnerJob | wire.DryRun:
         """Create (or adopt) the runner job of a reserved run; ``dryRun`` shows its plan."""

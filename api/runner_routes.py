@@ -37,28 +37,28 @@ class RunnerController(Controller):
     opt = RUNNER_ONLY
 
     @command("/claim", rw.ClaimBody, examples.RUNNER_CLAIM, RUNNER_ERRORS)
-    async def claim(self, request: HttpRequest, runner_api: RunnerDep,
+    async def claim_job(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.ClaimAnswer:
         """Claim the job's start: ``start`` is true for the first claimant only."""
         token, body = await _read(request, rw.ClaimBody)
         return await runner_api.claim(runner_job_id, token, body)
 
     @command("/lines", rw.LinesBody, examples.RUNNER_LINES, RUNNER_ERRORS)
-    async def lines(self, request: HttpRequest, runner_api: RunnerDep,
+    async def send_lines(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.Ack:
         """Output or trace lines, batch ``seq``; a resent batch is accepted once."""
         token, body = await _read(request, rw.LinesBody)
         return await runner_api.lines(runner_job_id, token, body)
 
     @command("/assembly", rw.AssemblyBody, examples.RUNNER_ASSEMBLY, RUNNER_ERRORS)
-    async def assembly(self, request: HttpRequest, runner_api: RunnerDep,
+    async def report_assembly(self, request: HttpRequest, runner_api: RunnerDep,
                        runner_job_id: SessionId) -> rw.Ack:
         """The bounded assembly event (recorded once)."""
         token, body = await _read(request, rw.AssemblyBody)
         return await runner_api.assembly(runner_job_id, token, body)
 
     @command("/thread", rw.ThreadBody, examples.RUNNER_THREAD, RUNNER_ERRORS)
-    async def thread(self, request: HttpRequest, runner_api: RunnerDep,
+    async def report_thread(self, request: HttpRequest, runner_api: RunnerDep,
                      runner_job_id: SessionId) -> rw.Ack:
         """The thread the backend started or resumed."""
         token, body = await _read(request, rw.ThreadBody)
@@ -66,14 +66,14 @@ class RunnerController(Controller):
 
     @command("/heartbeat", rw.HeartbeatBody, examples.RUNNER_HEARTBEAT, RUNNER_ERRORS,
               required=False)
-    async def heartbeat(self, request: HttpRequest, runner_api: RunnerDep,
+    async def send_heartbeat(self, request: HttpRequest, runner_api: RunnerDep,
                         runner_job_id: SessionId) -> rw.HeartbeatAnswer:
         """Renew the job's lease (``SVC_RUNNER_LEASE_S``)."""
         token, _ = await _read(request, rw.HeartbeatBody, empty_ok=True)
         return await runner_api.heartbeat(runner_job_id, token)
 
     @command("/exit", rw.ExitBody, examples.RUNNER_EXIT, RUNNER_ERRORS)
-    async def exit(self, request: HttpRequest, runner_api: RunnerDep,
+    async def report_exit(self, request: HttpRequest, runner_api: RunnerDep,
                    runner_job_id: SessionId) -> rw.Ack:
         """How the job ended: state, exit code, failure kind and message."""
         token, body = await _read(request, rw.ExitBody)

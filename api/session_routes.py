@@ -20,6 +20,7 @@ from api.access import RUNNER_TOO, role
 from api.auth_principal import RUNNER
 from api.body import convert, decode, read_body
 from api.errors import OPENING_ERRORS, READ_ERRORS, WRITE_ERRORS, error_responses
+from api.location import Located
 from api.openapi import also_ok, body, command
 from api.params import (
     AfterSeq,
@@ -51,9 +52,10 @@ class SessionController(Controller):
     tags = ("sessions",)
 
     @post("/", status_code=HTTP_201_CREATED, responses=OPENING_ERRORS,
+          after_request=Located("/api/v1/sessions/{sessionId}"),
           opt=body(sw.SessionCreateBody, examples.SESSION_CREATE, required=False)
           | also_ok("dry run: the plan, nothing created") | role("operator"))
-    async def create(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+    async def create_session(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
                      dry_run: DryRunFlag = False) -> Response[sw.SessionDetail | wire.DryRun]:
         """Create a session and its persistent volume (a PVC, or a directory locally)."""
         body = await read_body(request, sw.SessionCreateBody, empty_ok=True,
@@ -63,7 +65,7 @@ class SessionController(Controller):
         return await session_api.create(caller, body)
 
     @get("/", responses=READ_ERRORS)
-    async def index(self, session_api: SessionDep, caller: Caller,
+    async def list_sessions(self, session_api: SessionDep, caller: Caller,
                     session_state: SessionStateQuery = SessionFilter.DEFAULT,
                     reader_id: Reader = DEFAULT_READER, backend_profile: ProfileQuery = None,
                     cursor: Cursor = None, limit: SessionLimit = 50) -> sw.SessionList:
@@ -72,26 +74,26 @@ class SessionController(Controller):
                                        limit)
 
     @get("/{session_id:str}", responses=READ_ERRORS)
-    async def show(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
+    async def show_session(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
                    reader_id: Reader = DEFAULT_READER) -> sw.SessionDetail:
         """One session: identity, thread, state, storage, recent turns, line heads."""
         return await session_api.show(caller, session_id, reader_id)
 
     @get("/{session_id:str}/output", responses=READ_ERRORS)
-    async def output(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
+    async def session_output(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
                      after_seq: AfterSeq = 0, limit: LineLimit = 200) -> sw.LinePage:
         """Output lines after ``afterSeq`` (redacted, each bounded)."""
         return await session_api.lines(caller, session_id, "output", after_seq, limit)
 
     @get("/{session_id:str}/trace", responses=READ_ERRORS)
-    async def trace(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
+    async def session_trace(self, session_api: SessionDep, caller: Caller, session_id: SessionId,
                     after_seq: AfterSeq = 0, limit: LineLimit = 200) -> sw.LinePage:
         """Trace lines (runner events) after ``afterSeq``."""
         return await session_api.lines(caller, session_id, "trace", after_seq, limit)
 
     @command("/{session_id:str}/read", sw.SessionReadBody, examples.SESSION_READ, WRITE_ERRORS,
               required=False, access=role("submitter"))
-    async def read(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+    async def mark_session_read(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
                    session_id: SessionId,
                    dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Advance ``readerId``'s cursor to the session's current version."""
@@ -101,7 +103,7 @@ class SessionController(Controller):
 
     @command("/{session_id:str}/control", sw.ControlBody, examples.CONTROL, WRITE_ERRORS,
              access=role("operator"))
-    async def control(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+    async def control_session(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
                       session_id: SessionId,
                       dry_run: DryRunFlag = False) -> sw.SessionDetail | wire.DryRun:
         """Conversation control: ``{"action": "cancel"}`` stops the running turn."""
@@ -115,7 +117,7 @@ class SessionController(Controller):
               description="The runner's volume summary (SPEC 2.6's snake_case names too); "
                           "empty or {}: take the summary the session's latest runner job "
                           "sent.") | role("operator") | RUNNER_TOO)
-    async def refresh_storage(self, request: HttpRequest, session_api: SessionDep,
+    async def refresh_session_storage(self, request: HttpRequest, session_api: SessionDep,
                               runner_api: RunnerDep, caller: Caller,
                               session_id: SessionId) -> sw.SessionDetail:
         """Record the volume summary a runner writes back (SPEC 2.6's snake_case names are
@@ -165,10 +167,11 @@ class RunCommandController(Controller):
     tags = ("runs", "sessions")
 
     @post("/", status_code=HTTP_201_CREATED, responses=WRITE_ERRORS,
+          after_request=Located("/api/v1/sessions/{sessionId}"),
           opt=body(sw.CommandBody, examples.COMMAND)
           | also_ok("dry run (the plan), or the command already added under this commandId")
           | role("operator"))
-    async def add(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
+    async def add_command(self, request: HttpRequest, session_api: SessionDep, caller: Caller,
                   run_id: RunId,
                   dry_run: DryRunFlag = False) -> Response[sw.CommandResult | wire.DryRun]:
         """Add a command (a turn with its prompt) to a run; it resumes the session's

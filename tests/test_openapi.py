@@ -20,6 +20,7 @@ from openapi_spec_validator import validate as validate_openapi
 from api import examples
 from api.app import create_app
 from api.docs_ui import ASSETS, assets_dir
+from api.openapi import document_path
 from api.settings import ServiceSettings
 from ledger.errors import DomainError
 from projections.queries import CURSOR_PATTERN
@@ -38,9 +39,9 @@ async def document(client: Client) -> dict[str, Any]:
 
 def concrete(path: str) -> str:
     """A documented path with ids that name nothing."""
-    return (path.replace("{task_id}", "tsk_none").replace("{run_id}", "run_none")
-            .replace("{session_id}", "ses_none").replace("{attempt_id}", "att_none")
-            .replace("{runner_job_id}", "job_none"))
+    return (path.replace("{taskId}", "tsk_none").replace("{runId}", "run_none")
+            .replace("{sessionId}", "ses_none").replace("{attemptId}", "att_none")
+            .replace("{runnerJobId}", "job_none"))
 
 
 def body_readers(_client: Client) -> list[str]:
@@ -55,7 +56,7 @@ def body_readers(_client: Client) -> list[str]:
         for handler in route.route_handlers:
             if "POST" in handler.http_methods and "request" in \
                     handler.parsed_fn_signature.parameters:
-                found.append(route.path_format)
+                found.append(document_path(route.path_format))
     return found
 
 
@@ -114,7 +115,7 @@ async def test_the_submit_example_submits(client: Client) -> None:
 async def test_integer_bounds_are_the_code_s_own(client: Client) -> None:
     """Bounds are integers, exactly the code's (``afterSeq`` ≤ 2**62, not 4.6e18)."""
     paths = (await document(client))["paths"]
-    after_seq = next(p for p in paths["/api/v1/sessions/{session_id}/output"]["get"]
+    after_seq = next(p for p in paths["/api/v1/sessions/{sessionId}/output"]["get"]
                      ["parameters"] if p["name"] == "afterSeq")
     assert after_seq["schema"]["maximum"] == 2**62
     assert type(after_seq["schema"]["maximum"]) is int

@@ -1,0 +1,45 @@
+"""The ``Location`` of a 201: the URL of what the request created.
+
+A route that creates declares ``after_request=Located(template)``; the template is the
+documented path of the created resource (``/api/v1/queue/tasks/{taskId}``), each ``{name}``
+filled from the field of that name in the answer. :func:`api.openapi.complete` documents
+the header from the same object.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+from litestar import Response
+from litestar.status_codes import HTTP_201_CREATED
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z]+)\}")
+
+
+@dataclass(frozen=True)
+class Located:
+    """The ``after_request`` hook adding ``Location`` to a route's 201 answers."""
+
+    template: str
+
+    async def __call__(self, response: Response[Any]) -> Response[Any]:
+        """``response``, with ``Location`` when it is a 201."""
+        if response.status_code == HTTP_201_CREATED:
+            response.headers["Location"] = self.url(_fields(response.content))
+        return response
+
+    def url(self, answer: dict[str, Any]) -> str:
+        """The template filled from ``answer``'s fields (each escaped as a path segment)."""
+        return PLACEHOLDER.sub(lambda found: quote(str(answer[found[1]]), safe=""),
+                               self.template)
+
+
+def _fields(content: object) -> dict[str, Any]:
+    """The answer as JSON names: a struct, or the bytes a route encoded itself."""
+    if isinstance(content, bytes | bytearray | memoryview):
+        return dict(msgspec.json.decode(content))
+    return dict(msgspec.to_builtins(content))
