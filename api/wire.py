@@ -156,7 +156,7 @@ class LatestAttempt(Answer, kw_only=True, frozen=True):
     session_path: str
     failure_kind: str | None
     failure_message: str | None
-    usage: TokenUsage | None = None
+    usage: TokenUsage | None
     """The token usage its job reported; null when none (not yet ended, or not reported)."""
 
 
@@ -220,7 +220,7 @@ class Attempt(msgspec.Struct, rename="camel", kw_only=True):
     updated_at: datetime
     duration_ms: int | None
     supervisor: Supervisor
-    usage: TokenUsage | None = None
+    usage: TokenUsage | None
     """The token usage its job reported; null when none (not yet ended, or not reported)."""
     output_ref: OutputRef | None = None
     judge_runs: list[JudgeRun] = msgspec.field(default_factory=list)
