@@ -1,7 +1,8 @@
 """Token usage (issue 27 item 2, docs/backends.md) through the real app, the local driver and
-real Postgres: a ``command`` backend's ``turn.completed`` usage lands on its attempt, the
+real Postgres: a ``command`` backend's ``{"svc": "usage"}`` line lands on its attempt, the
 task's ``latestAttempt``, the stats per queue and profile (of the caller's tenant only), the
-CLI, and survives replay; a runner exit with a bad usage is refused and changes nothing."""
+CLI and ``svc_tokens_total``, and survives replay; a runner exit with a bad usage is refused
+and changes nothing."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.support import replay_report, snapshot
 from tests.test_auth import bearer, new_key
 from tests.test_cli import svc
 from tests.test_dispatch import TASKS, run_task
+from tests.test_metrics import named, samples
 from tests.test_runner_protocol import JOBS, auth, protocol_on
 
 BACKEND = '''
@@ -78,6 +80,14 @@ async def test_usage_lands_on_the_attempt_the_task_and_the_stats_of_its_tenant_o
         assert admin["tokensByQueue"] == {"main": summed(3, 4)}, "the queue filter applies"
         everything = (await client.get("/api/v1/queue/stats")).json()
         assert everything["tokensByBackendProfile"] == {"profile-1": summed(3, 4, 5)}
+        scraped = samples((await client.get("/metrics")).text)
+        assert named(scraped, "svc_tokens_total") == {
+            frozenset({"queue": queue, "profile": "profile-1", "kind": kind}.items()): float(
+                summed(*ns)[name])
+            for queue, ns in (("main", (3, 4)), ("other", (5,)))
+            for kind, name in (("input", "inputTokens"), ("cached_input", "cachedInputTokens"),
+                               ("output", "outputTokens"),
+                               ("reasoning_output", "reasoningOutputTokens"))}
 
         api = str(client.base_url)
         stats = await asyncio.to_thread(svc, "queue", "stats", api=api)

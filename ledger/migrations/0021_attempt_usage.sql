@@ -6,3 +6,5 @@ ALTER TABLE attempt_summary
     ADD COLUMN cached_input_tokens bigint,
     ADD COLUMN output_tokens bigint,
     ADD COLUMN reasoning_output_tokens bigint;
+-- The stats and /metrics sum them over the attempts that have some: a partial index finds those.
+CREATE INDEX attempt_summary_usage ON attempt_summary (task_id) WHERE input_tokens IS NOT NULL;
