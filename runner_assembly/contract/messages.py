@@ -107,8 +107,8 @@ class ExitBody(Message, frozen=True):
     exit_code: int | None = None
     failure_kind: Annotated[str, Meta(max_length=64, pattern=r"^[a-z0-9-]+$")] | None = None
     failure_message: Annotated[str, Meta(max_length=4000)] | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
     """When the backend (or, when none ran, the runner's work) started and ended: the
     attempt's real duration, whenever it is refreshed."""
     usage: Usage | None = None
