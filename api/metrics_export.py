@@ -64,7 +64,11 @@ def figure_families(figures: ServiceFigures | None) -> Iterator[Metric]:
     lost = CounterMetricFamily("svc_runner_lost", "Runs that ended runner-lost (from the "
                                "ledger's projections: the same from every worker)",
                                value=figures.runner_lost)
-    yield from (tasks, oldest, jobs, lost)
+    tokens = CounterMetricFamily("svc_tokens", "Tokens the ended attempts' backends reported, "
+                                 "by queue, profile and kind", labels=["queue", "profile", "kind"])
+    for queue, profile, kind, count in figures.tokens:
+        tokens.add_metric([queue, profile, kind], count)
+    yield from (tasks, oldest, jobs, lost, tokens)
 
 
 def build_families() -> Iterator[Metric]:

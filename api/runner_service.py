@@ -7,7 +7,7 @@ import msgspec
 from api import runner_wire as rw
 from ledger import session_lines
 from ledger.errors import InvalidRequest, Unauthorized
-from ledger.events import JobExit
+from ledger.events import JobExit, TokenUsage
 from ledger.redaction import redact, redact_text
 from runner_assembly.assembly.capability import startup_record
 from runner_assembly.orchestration.runner_protocol import RunnerProtocol
@@ -78,7 +78,9 @@ class RunnerApi:
         state = await self.protocol.exit(job, token, JobExit(
             body.state, body.exit_code, body.failure_kind, message,
             started_at=body.started_at.isoformat() if body.started_at else None,
-            finished_at=body.finished_at.isoformat() if body.finished_at else None))
+            finished_at=body.finished_at.isoformat() if body.finished_at else None,
+            usage=TokenUsage(**msgspec.structs.asdict(body.usage)) if body.usage
+            else msgspec.UNSET))
         await self.sessions.sync(state.session_id)  # the turn ends now, not at the next poll
         return rw.Ack(job, True)
 

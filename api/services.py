@@ -3,6 +3,7 @@ answered as wire types. Built once when the app starts; handlers only parse and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -219,7 +220,12 @@ class QueueApi:
     async def stats(self, scope: Scope, queue: str | None) -> Response[Any]:
         """Task counts by queue, lane, state and backend profile; once per ledger head."""
         async def compute() -> tuple[int, wire.QueueStats]:
-            result = await queries.stats(self.pool, queue, scope)
+            async with self.pool.acquire() as conn, conn.transaction(
+                    isolation="repeatable_read", readonly=True):  # one snapshot for both
+                result = await queries.stats(conn, queue, scope)
+                by_queue, by_profile = await queries.token_stats(conn, queue, scope)
+            result = dataclasses.replace(result, tokens_by_queue=by_queue,
+                                         tokens_by_profile=by_profile)
             return result.high_water, views.queue_stats(queue, result)
 
         return await self.cache.answer(scope, ("stats", queue), await self.head.read(),

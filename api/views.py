@@ -53,7 +53,9 @@ def latest_attempt(stored: JsonObject | None) -> wire.LatestAttempt | None:
         state=AttemptStatus(stored["state"]), run_id=stored["runId"],
         command_id=stored["commandId"], runner_job_id=stored["runnerJobId"],
         session_id=session_id, session_path=session_path(session_id),
-        failure_kind=stored["failureKind"], failure_message=stored["failureMessage"])
+        failure_kind=stored["failureKind"], failure_message=stored["failureMessage"],
+        usage=msgspec.convert(stored["usage"], wire.TokenUsage) if stored.get("usage")
+        else None)
 
 
 def supervisor(task_id: str, queue: str, state: TaskStatus, change_seq: int,
@@ -132,9 +134,20 @@ def attempt(row: AttemptRow, budgets: Budgets, queue: str,
         exit_code=row.exit_code, change_seq=row.change_seq, created_at=row.created_at,
         started_at=started, finished_at=finished, updated_at=row.updated_at,
         duration_ms=duration, supervisor=_attempt_supervisor(row, budgets, queue),
+        usage=attempt_usage(row),
         output_ref=wire.OutputRef(session_id=row.session_id, runner_job_id=row.runner_job_id,
                                   path=f"{path}/output"),
         judge_runs=[judge_run(j) for j in judges if j.attempt_id == row.attempt_id])
+
+
+def attempt_usage(row: AttemptRow) -> wire.TokenUsage | None:
+    """The attempt's token usage, or None when its job reported none."""
+    if row.input_tokens is None:
+        return None
+    return wire.TokenUsage(input_tokens=row.input_tokens,
+                           cached_input_tokens=row.cached_input_tokens or 0,
+                           output_tokens=row.output_tokens or 0,
+                           reasoning_output_tokens=row.reasoning_output_tokens or 0)
 
 
 def judge_run(row: JudgeRunRow) -> wire.JudgeRun:
@@ -159,7 +172,15 @@ def queue_stats(queue: str | None, result: StatsResult) -> wire.QueueStats:
         by_lane=result.by_lane, by_backend_profile=result.by_profile,
         rows=[_stats_row(r) for r in result.rows], truncated=result.truncated,
         change_seq=result.high_water,
+        tokens_by_queue=_tokens(result.tokens_by_queue),
+        tokens_by_backend_profile=_tokens(result.tokens_by_profile),
     )
+
+
+def _tokens(sums: dict[str, tuple[int, int, int, int]]) -> dict[str, wire.TokenUsage]:
+    return {name: wire.TokenUsage(input_tokens=counts[0], cached_input_tokens=counts[1],
+                                  output_tokens=counts[2], reasoning_output_tokens=counts[3])
+            for name, counts in sums.items()}
 
 
 def commander(queue: str | None, reader_id: str | None, result: CommanderResult,

@@ -134,6 +134,15 @@ class Answer(msgspec.Struct, rename="camel", frozen=True):
     ``kw_only`` itself (msgspec does not inherit it)."""
 
 
+class TokenUsage(Answer, kw_only=True, frozen=True):
+    """Token counts a backend reported (docs/backends.md), or their sum in the stats."""
+
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_output_tokens: int
+
+
 class LatestAttempt(Answer, kw_only=True, frozen=True):
     """A task's latest attempt in brief (``latestAttempt``), with its session's path."""
 
@@ -147,6 +156,8 @@ class LatestAttempt(Answer, kw_only=True, frozen=True):
     session_path: str
     failure_kind: str | None
     failure_message: str | None
+    usage: TokenUsage | None
+    """The token usage its job reported; null when none (not yet ended, or not reported)."""
 
 
 class TaskItem(Answer, kw_only=True, frozen=True):
@@ -209,6 +220,8 @@ class Attempt(msgspec.Struct, rename="camel", kw_only=True):
     updated_at: datetime
     duration_ms: int | None
     supervisor: Supervisor
+    usage: TokenUsage | None
+    """The token usage its job reported; null when none (not yet ended, or not reported)."""
     output_ref: OutputRef | None = None
     judge_runs: list[JudgeRun] = msgspec.field(default_factory=list)
 
@@ -294,6 +307,10 @@ class QueueStats(msgspec.Struct, rename="camel"):
     rows: list[StatsRow]
     truncated: bool
     change_seq: int
+    tokens_by_queue: dict[str, TokenUsage] = msgspec.field(default_factory=dict)
+    tokens_by_backend_profile: dict[str, TokenUsage] = msgspec.field(default_factory=dict)
+    """Token usage summed over the ended attempts that reported some, per queue and per the
+    backend profile they ran on."""
 
 
 class CommanderItem(Answer, kw_only=True, frozen=True):

@@ -271,7 +271,7 @@ def show(task_id: str, *, watch: Annotated[bool, Parameter(
 @queue_app.command
 def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/lane.")] = None,
           api: ApiOptions | None = None, output: render.OutputOptions | None = None) -> int:
-    """Task counts by state, lane and backend profile.
+    """Task counts by state, lane and backend profile; token usage per queue and profile.
 
     Example: svc queue stats --queue main
     """

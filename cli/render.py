@@ -183,6 +183,8 @@ def task_summary(task: wire.TaskDetail) -> None:
         out(f"  attempt: {attempt.attempt_id} #{attempt.retry_index} {attempt.state}"
             f" failure={attempt.failure_kind or '-'} run={attempt.run_id}"
             f" session={attempt.session_id}")
+        if attempt.usage is not None:
+            out(f"  tokens: {tokens_text(attempt.usage)}")
     session = task.session_path
     out(f"  sessionPath: {session or '- (not dispatched)'}")
     out(supervisor_line(task.supervisor))
@@ -210,9 +212,17 @@ def attempt_summary(attempt: wire.Attempt) -> None:
     if attempt.failure_kind or attempt.failure_message:
         out(f"  failure: {attempt.failure_kind or '-'}:"
             f" {attempt.failure_message or ''}")
+    if attempt.usage is not None:
+        out(f"  tokens: {tokens_text(attempt.usage)}")
     out(f"  sessionPath: {attempt.session_path}")
     out(supervisor_line(attempt.supervisor))
     next_session_commands(attempt.session_id)
+
+
+def tokens_text(usage: wire.TokenUsage) -> str:
+    """Token counts on one short line."""
+    return (f"in {usage.input_tokens} (cached {usage.cached_input_tokens})"
+            f" out {usage.output_tokens} (reasoning {usage.reasoning_output_tokens})")
 
 
 def _page_end(noun: str, count: int, change_seq: int, next_cursor: str | None) -> str:
@@ -230,6 +240,8 @@ def attempt_list(data: wire.AttemptList) -> None:
             f" duration={f'{duration} ms' if duration is not None else '-'}"
             f" {attempt.backend_profile} session={attempt.session_id}"
             f" key={attempt.idempotency_key or '-'}")
+        if attempt.usage is not None:
+            out(f"  tokens: {tokens_text(attempt.usage)}")
         for verdict in attempt.judge_runs:
             out(judge_line(verdict))
     out(_page_end("attempts", len(data.items), data.change_seq, data.next_cursor))
@@ -288,6 +300,10 @@ def stats(data: wire.QueueStats) -> None:
                           ("profile", data.by_backend_profile)):
         text = "  ".join(f"{name}={count}" for name, count in sorted(counts.items()))
         out(f"  by {title}: {text or '(none)'}")
+    for title, sums in (("queue", data.tokens_by_queue),
+                        ("profile", data.tokens_by_backend_profile)):
+        for name, usage in sorted(sums.items()):
+            out(f"  tokens of {title} {name}: {tokens_text(usage)}")
     if data.truncated:
         out("  (counters truncated; narrow with --queue)")
 

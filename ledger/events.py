@@ -99,6 +99,15 @@ class AttemptMaterializationFailed(
     """``blocked`` when a blocker stopped a dispatch; else the attempt stays reserved."""
 
 
+class TokenUsage(msgspec.Struct, frozen=True):
+    """The token usage a backend reported (docs/backends.md), as its runner sent it."""
+
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_output_tokens: int
+
+
 class AttemptEnd(msgspec.Struct, frozen=True):
     """How an attempt ended: shared by the finish command and its event."""
 
@@ -111,6 +120,8 @@ class AttemptEnd(msgspec.Struct, frozen=True):
     finished_at: str | msgspec.UnsetType = msgspec.UNSET
     """When the backend started and ended (ISO 8601), as its job reported it; unset (and
     not encoded, so older events encode as before) when the job reported no times."""
+    usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
+    """The backend's token usage, as its job reported it; unset (not encoded) when none."""
 
 
 def reported_time(value: str | msgspec.UnsetType) -> datetime | None:
@@ -369,6 +380,9 @@ class JobExit(msgspec.Struct, frozen=True):
     started_at: str | None = None
     finished_at: str | None = None
     """When the backend (or, when none ran, the runner's work) started and ended (ISO 8601)."""
+    usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
+    """The backend's token usage; unset (not encoded, so older events encode as before)
+    when the runner reported none."""
 
 
 class JobExited(JobExit, frozen=True, tag="job-exited", tag_field="type"):

@@ -14,6 +14,7 @@ from ledger.events import (
     AttemptReserved,
     TaskCancelled,
     TaskEvent,
+    TokenUsage,
     reported_time,
 )
 from ledger.states import AttemptStatus
@@ -22,6 +23,10 @@ from ledger.task import STREAM_TYPE as TASK_STREAM
 from ledger.task import attempt_state_after
 from projections.projection import Fold, Projection, Rows
 from projections.task_summary import TASKS
+
+USAGE_COLUMNS = ("input_tokens", "cached_input_tokens", "output_tokens",
+                 "reasoning_output_tokens")
+"""The token counts of an attempt (:class:`ledger.events.TokenUsage`'s fields)."""
 
 
 class AttemptRow(msgspec.Struct, frozen=True):
@@ -47,6 +52,11 @@ class AttemptRow(msgspec.Struct, frozen=True):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    input_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    """The token usage its job reported (docs/backends.md); None when it reported none."""
 
 
 
@@ -88,11 +98,19 @@ def evolve(row: AttemptRow | None, entry: RecordedEntry) -> AttemptRow | None:
                                        exit_code=event.exit_code,
                                        started_at=reported_time(event.started_at) or row.started_at,
                                        finished_at=reported_time(event.finished_at) or at,
-                                       change_seq=seq, updated_at=at)
+                                       change_seq=seq, updated_at=at, **_usage(event))
     if isinstance(event, TaskCancelled) and state != row.state:
         return msgspec.structs.replace(row, state=state, finished_at=at,
                                        change_seq=seq, updated_at=at)
     return row
+
+
+def _usage(event: AttemptFinished) -> dict[str, int | None]:
+    """The usage columns an ended attempt takes: its job's reported counts, else none."""
+    usage = event.usage
+    if not isinstance(usage, TokenUsage):
+        return dict.fromkeys(USAGE_COLUMNS)
+    return {name: getattr(usage, name) for name in USAGE_COLUMNS}
 
 
 def _attempt_key(entry: RecordedEntry, rows: Rows) -> tuple[str, str] | None:

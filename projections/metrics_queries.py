@@ -26,6 +26,8 @@ class ServiceFigures:
     """Runner jobs not yet ended, by status."""
     runner_lost: float = 0.0
     """Runs that ended ``runner-lost``, ever."""
+    tokens: list[tuple[str, str, str, float]] = field(default_factory=list)
+    """(queue, profile, kind, tokens): the token usage of ended attempts, ever."""
 
 
 async def service_figures(conn: Queryable, timeout_s: float) -> ServiceFigures:
@@ -40,6 +42,9 @@ async def service_figures(conn: Queryable, timeout_s: float) -> ServiceFigures:
             figures.oldest_pending_s.append((queue, lane, value))
         elif kind == "jobs":
             figures.runner_jobs[state] = value
+        elif kind == "tokens":
+            figures.tokens.append((queue, profile, state, value))
         else:
             lost = value
-    return ServiceFigures(figures.tasks, figures.oldest_pending_s, figures.runner_jobs, lost)
+    return ServiceFigures(figures.tasks, figures.oldest_pending_s, figures.runner_jobs, lost,
+                          figures.tokens)

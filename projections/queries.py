@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Generic, TypeVar
 
@@ -167,6 +167,29 @@ class StatsResult:
     by_profile: dict[str, int]
     truncated: bool
     high_water: int
+    tokens_by_queue: dict[str, TokenSums] = field(default_factory=dict)
+    tokens_by_profile: dict[str, TokenSums] = field(default_factory=dict)
+    """Token usage (input, cached input, output, reasoning output) per queue and per backend
+    profile, when asked for (:func:`token_stats`)."""
+
+
+TokenSums = tuple[int, int, int, int]
+"""Summed token counts: input, cached input, output, reasoning output."""
+
+
+async def token_stats(pool: Queryable, queue: str | None,
+                      scope: Scope = EVERYTHING) -> tuple[dict[str, TokenSums],
+                                                          dict[str, TokenSums]]:
+    """Token usage per queue and per backend profile, summed at read time over the
+    attempts of the tasks ``scope`` sees."""
+    where = QueueFilter.parse(queue)
+    by: dict[str, dict[str, TokenSums]] = {"queue": {}, "profile": {}}
+    for record in await pool.fetch(SQL["token_stats"], where.queue, where.lane,
+                                   scope.tenant_filter, scope.project_filter):
+        by[record["kind"]][record["name"]] = (
+            record["input_tokens"], record["cached_input_tokens"], record["output_tokens"],
+            record["reasoning_output_tokens"])
+    return by["queue"], by["profile"]
 
 
 async def stats(pool: Queryable, queue: str | None,

@@ -116,10 +116,19 @@ def evolve(row: TaskSummaryRow | None, entry: RecordedEntry) -> TaskSummaryRow |
         began = ev.reported_time(event.started_at)
         if began is not None:  # the attempt's start is the backend's, as attempt_summary's
             changed["latest_started_at"] = began
+    usage = ({"usage": _usage_object(event.usage)}
+             if isinstance(event.usage, ev.TokenUsage) else {})
     return msgspec.structs.replace(
         row, latest_attempt=_latest(row, event, failureKind=event.failure_kind,
-                                    failureMessage=event.failure_message),
+                                    failureMessage=event.failure_message, **usage),
         summary=summary, **changed)
+
+
+def _usage_object(usage: ev.TokenUsage) -> dict[str, int]:
+    """The ``usage`` a latest attempt keeps (camelCase, as the wire shows it)."""
+    return {"inputTokens": usage.input_tokens, "cachedInputTokens": usage.cached_input_tokens,
+            "outputTokens": usage.output_tokens,
+            "reasoningOutputTokens": usage.reasoning_output_tokens}
 
 
 def _duration(row: TaskSummaryRow, entry: RecordedEntry) -> int | None:

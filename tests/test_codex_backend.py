@@ -129,6 +129,12 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
         "Codex read the profile secret's auth.json in CODEX_HOME"
     assert [event["usage"]["output_tokens"] for event in trace
             if event["kind"] == "backend-usage"] == [60, 90], "usage of turn.completed"
+    traced = [event["usage"] for event in trace if event["kind"] == "backend-usage"]
+    assert [first["latestAttempt"]["usage"], second["latestAttempt"]["usage"]] == [
+        {"inputTokens": usage["input_tokens"], "cachedInputTokens": usage["cached_input_tokens"],
+         "outputTokens": usage["output_tokens"],
+         "reasoningOutputTokens": usage["reasoning_output_tokens"]} for usage in traced], \
+        "the usage Codex reported is recorded on each attempt"
     rollouts = list((codex_settings.sessions_dir / "cx1").rglob(f"rollout-*-{thread}.jsonl"))
     assert len(rollouts) == 1, "Codex's rollout lies in the session volume"
     everything = json.dumps([first, second, record, output, trace])

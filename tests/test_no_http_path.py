@@ -67,7 +67,7 @@ async def test_no_projection_row_holds_an_api_path(client: Any, database_url: st
     assert done["sessionPath"] == done["latestAttempt"]["sessionPath"] == path
     assert list(done["latestAttempt"]) == [
         "attemptId", "retryIndex", "state", "runId", "commandId", "runnerJobId", "sessionId",
-        "sessionPath", "failureKind", "failureMessage"]
+        "sessionPath", "failureKind", "failureMessage", "usage"]
     listed = (await client.get(TASKS)).json()["items"]
     item = next(i for i in listed if i["taskId"] == done_id)
     assert item["latestAttempt"] == done["latestAttempt"] and item["sessionPath"] == path

@@ -299,7 +299,7 @@ async def test_latest_attempt_is_a_typed_object(client: Client) -> None:
         assert schemas[owner]["properties"]["latestAttempt"] == typed, owner
     latest = schemas["LatestAttempt"]
     names = {"attemptId", "retryIndex", "state", "runId", "commandId", "runnerJobId",
-             "sessionId", "sessionPath", "failureKind", "failureMessage"}
+             "sessionId", "sessionPath", "failureKind", "failureMessage", "usage"}
     assert latest["type"] == "object"
     assert set(latest["properties"]) == set(latest["required"]) == names
     assert latest["properties"]["state"] == {"$ref": "#/components/schemas/AttemptStatus"}

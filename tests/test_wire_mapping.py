@@ -95,7 +95,7 @@ MAPPINGS: dict[str, tuple[type[Any], Callable[[Any], msgspec.Struct]]] = {
 }
 COMPUTED = {"sessionPath", "supervisor", "contract", "workReady", "durationMs", "outputRef",
             "judgeRuns", "recentTurns", "outputLastSeq", "traceLastSeq", "readerId",
-            "valuesPrinted", "failureKind"}
+            "valuesPrinted", "failureKind", "usage"}
 """Answer fields the views compute rather than copy from the row of the same name
 (``failureKind`` of a commander item is its latest attempt's)."""
 
@@ -169,9 +169,9 @@ def test_latest_attempt_is_typed_with_its_session_path_after_the_session_id() ->
         "attemptId": "att_1", "retryIndex": 2, "state": "failed", "runId": "run_1",
         "commandId": "cmd_1", "runnerJobId": "job_1", "sessionId": "ses_1",
         "sessionPath": "/api/v1/sessions/ses_1", "failureKind": "backend-failed",
-        "failureMessage": "exit 3"}
+        "failureMessage": "exit 3", "usage": None}
     assert list(msgspec.to_builtins(latest)) == [*list(STORED_ATTEMPT)[:7], "sessionPath",
-                                                 "failureKind", "failureMessage"]
+                                                 "failureKind", "failureMessage", "usage"]
     assert views.latest_attempt(None) is None
 
 

@@ -50,6 +50,22 @@ LEFT JOIN LATERAL (
 ) s ON true
 WHERE h.id = 1
 
+-- name: token_stats
+-- Token usage of the ended attempts that reported some, summed per queue and per backend
+-- profile at read time, over the tasks the caller sees ($3, $4), as the stats filter them.
+SELECT CASE WHEN grouping(t.queue) = 0 THEN 'queue' ELSE 'profile' END AS kind,
+       CASE WHEN grouping(t.queue) = 0 THEN t.queue ELSE a.backend_profile END AS name,
+       sum(a.input_tokens)::bigint AS input_tokens,
+       coalesce(sum(a.cached_input_tokens), 0)::bigint AS cached_input_tokens,
+       coalesce(sum(a.output_tokens), 0)::bigint AS output_tokens,
+       coalesce(sum(a.reasoning_output_tokens), 0)::bigint AS reasoning_output_tokens
+FROM attempt_summary a JOIN task_summary t ON t.task_id = a.task_id
+WHERE a.input_tokens IS NOT NULL
+  AND ($1::text IS NULL OR t.queue = $1) AND ($2::text IS NULL OR t.lane = $2)
+  AND ($3::text IS NULL OR t.tenant_id = $3) AND ($4::text[] IS NULL OR t.project_id = ANY($4))
+GROUP BY GROUPING SETS ((t.queue), (a.backend_profile))
+ORDER BY 1, 2
+
 -- name: commander_items
 SELECT c.task_id, t.queue, t.lane, t.title, t.state, t.version, c.change_seq,
        t.latest_attempt::text AS latest_attempt,
@@ -70,7 +86,8 @@ LEFT JOIN LATERAL (
     SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason,
            previous_attempt_id, run_id, command_id, runner_job_id, session_id, backend_profile,
            failure_kind, failure_message, exit_code, change_seq, created_at, started_at,
-           finished_at, updated_at
+           finished_at, updated_at, input_tokens, cached_input_tokens, output_tokens,
+           reasoning_output_tokens
     FROM attempt_summary
     WHERE task_id = $1 AND retry_index >= $2
     ORDER BY retry_index
@@ -81,7 +98,8 @@ WHERE h.id = 1
 -- name: get_attempt
 SELECT attempt_id, task_id, retry_index, state, idempotency_key, reason, previous_attempt_id,
        run_id, command_id, runner_job_id, session_id, backend_profile, failure_kind,
-       failure_message, exit_code, change_seq, created_at, started_at, finished_at, updated_at
+       failure_message, exit_code, change_seq, created_at, started_at, finished_at, updated_at,
+       input_tokens, cached_input_tokens, output_tokens, reasoning_output_tokens
 FROM attempt_summary WHERE task_id = $1 AND attempt_id = $2
 
 -- name: get_run

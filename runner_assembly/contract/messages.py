@@ -85,6 +85,21 @@ class HeartbeatBody(Message, frozen=True):
     """A heartbeat (no fields)."""
 
 
+MAX_TOKENS = 2**53 - 1
+"""A token count is a whole number up to 2^53 - 1 (exact in every JSON reader)."""
+Tokens = Annotated[int, Meta(ge=0, le=MAX_TOKENS)]
+
+
+class Usage(Message, frozen=True):
+    """The backend's token usage (docs/backends.md: Codex's ``turn.completed`` counts); a
+    count it did not report is 0, any other field is refused."""
+
+    input_tokens: Tokens = 0
+    cached_input_tokens: Tokens = 0
+    output_tokens: Tokens = 0
+    reasoning_output_tokens: Tokens = 0
+
+
 class ExitBody(Message, frozen=True):
     """How the job ended, as its runner saw it."""
 
@@ -92,10 +107,12 @@ class ExitBody(Message, frozen=True):
     exit_code: int | None = None
     failure_kind: Annotated[str, Meta(max_length=64, pattern=r"^[a-z0-9-]+$")] | None = None
     failure_message: Annotated[str, Meta(max_length=4000)] | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
     """When the backend (or, when none ran, the runner's work) started and ended: the
     attempt's real duration, whenever it is refreshed."""
+    usage: Usage | None = None
+    """The token usage the backend reported, if any."""
 
 
 class ClaimAnswer(msgspec.Struct, rename="camel", frozen=True):

@@ -8,6 +8,7 @@ from typing import Protocol, cast
 
 import msgspec
 
+from ledger.events import TokenUsage
 from ledger.states import FailureKind, JobState
 from runner_assembly.contract.jobfile import JobFile
 
@@ -64,6 +65,8 @@ class JobStatus:
     finished_at: datetime | None = None
     """When the backend (or, when none ran, the job) started and ended, as the job reported
     it: the attempt's real duration, whenever it is refreshed."""
+    usage: TokenUsage | None = None
+    """The token usage the backend reported (docs/backends.md), if any."""
     alive_at: datetime | None = None
     """A sign of life the driver itself sees, for a job whose runner cannot beat yet: now
     while one of its containers is being started (a pod waiting for its image, before or

@@ -29,7 +29,8 @@ def finish_command(task_id: str, row: AttemptIds, status: JobStatus) -> FinishAt
     return FinishAttempt(task_id, AttemptEnd(
         row.attempt_id, ended, kind, message, status.exit_code,
         started_at=status.started_at.isoformat() if status.started_at else msgspec.UNSET,
-        finished_at=status.finished_at.isoformat() if status.finished_at else msgspec.UNSET))
+        finished_at=status.finished_at.isoformat() if status.finished_at else msgspec.UNSET,
+        usage=status.usage or msgspec.UNSET))
 
 
 @dataclass(eq=False)

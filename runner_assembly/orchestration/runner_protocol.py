@@ -21,7 +21,7 @@ import asyncpg
 
 from ledger import leases, session_lines
 from ledger.errors import InvalidRequest, InvalidTransition, Unauthorized
-from ledger.events import JobExit
+from ledger.events import JobExit, TokenUsage
 from ledger.runner_job import (
     ClaimJob,
     EndJob,
@@ -256,7 +256,8 @@ def _reported(job: RunnerJobState) -> JobStatus:
     return JobStatus(state, job.exit.exit_code, job.exit.failure_kind,
                      job.exit.failure_message, job.assembly, job.thread_id,
                      startup=job.startup, started_at=_moment(job.exit.started_at),
-                     finished_at=_moment(job.exit.finished_at))
+                     finished_at=_moment(job.exit.finished_at),
+                     usage=job.exit.usage if isinstance(job.exit.usage, TokenUsage) else None)
 
 
 def _moment(text: str | None) -> datetime | None:

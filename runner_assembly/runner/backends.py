@@ -5,7 +5,8 @@ CLI with the arguments the service supplies (``exec --json``, ``exec resume <thr
 resume, Codex's own sandbox off: the service's sandbox is the boundary) and ``CODEX_HOME`` at
 the backend home. After the backend, what it reported comes from its masked output: a
 ``{"svc": "thread", "id": …}`` or ``{"svc": "blocker", "kind": …}`` line for the first two
-kinds, Codex's ``thread.started`` and ``turn.completed`` events for ``codex``.
+kinds, Codex's ``thread.started`` event for ``codex``; the token usage of the last
+``{"svc": "usage", …}`` line, or of Codex's last ``turn.completed`` event.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.contract.jobfile import JobFile
+from runner_assembly.contract.messages import MAX_TOKENS
 
 CODEX = "codex"
 CODEX_ARGS = ("exec", "--json", "--skip-git-repo-check",
@@ -156,15 +158,19 @@ def reported(kind: str, output: Path) -> Reported:
 
 
 def _svc_report(events: Iterable[dict[str, object]]) -> Reported:
-    """The first ``{"svc": "thread"}`` and ``{"svc": "blocker"}`` lines."""
+    """The first ``{"svc": "thread"}`` and ``{"svc": "blocker"}`` lines, the last
+    ``{"svc": "usage"}`` line's counts."""
     thread = blocker = None
+    usage: dict[str, int] | None = None
     for event in events:
-        if event.get("svc") == "thread" and thread is None:
+        if event.get("svc") == "usage":
+            usage = _usage(event) or usage
+        elif event.get("svc") == "thread" and thread is None:
             thread = _short(event.get("id"))
         elif event.get("svc") == "blocker" and blocker is None:
             kind = _short(event.get("kind"), 64)
             blocker = kind if kind is not None and FAILURE_KIND.fullmatch(kind) else ""
-    return Reported(thread_id=thread, blocker=blocker)
+    return Reported(thread_id=thread, blocker=blocker, usage=usage)
 
 
 def _codex_report(events: Iterable[dict[str, object]]) -> Reported:
@@ -174,12 +180,21 @@ def _codex_report(events: Iterable[dict[str, object]]) -> Reported:
     for event in events:
         if event.get("type") == "thread.started" and thread is None:
             thread = _short(event.get("thread_id"))
-        elif event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
-            counts = event["usage"]
-            assert isinstance(counts, dict)
-            usage = {name: int(counts[name]) for name in USAGE_FIELDS
-                     if isinstance(counts.get(name), int)}
+        elif event.get("type") == "turn.completed":
+            usage = _usage(event.get("usage")) or usage
     return Reported(thread_id=thread, usage=usage)
+
+
+def _usage(counts: object) -> dict[str, int] | None:
+    """The token counts of a usage object (Codex's ``turn.completed`` usage, or a
+    ``{"svc": "usage"}`` line): whole numbers from 0 to
+    :data:`MAX_TOKENS` only (another value, or another key, is left out); None when it has
+    none."""
+    if not isinstance(counts, dict):
+        return None
+    kept = {name: value for name in USAGE_FIELDS
+            if type(value := counts.get(name)) is int and 0 <= value <= MAX_TOKENS}
+    return kept or None
 
 
 def _short(value: object, limit: int = MAX_THREAD_ID) -> str | None:

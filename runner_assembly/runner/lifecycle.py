@@ -27,7 +27,7 @@ from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.names import CHANNEL_FILES, STDERR_FILE
 from runner_assembly.contract import jobfile
 from runner_assembly.contract.jobfile import JobFile
-from runner_assembly.contract.messages import ExitBody, ExitState
+from runner_assembly.contract.messages import ExitBody, ExitState, Usage
 from runner_assembly.runner import backends, beneath
 from runner_assembly.runner.assemble import Assembler, Launch
 from runner_assembly.runner.backend_run import Relayed, failure_with_errors, run_relayed
@@ -164,8 +164,10 @@ class Lifecycle:
             return self._spawn_failed(spawn_failure(error, command, workspace))
         self._trace_dropped(relayed)
         reported = self._reported()
-        report = msgspec.structs.replace(self._outcome(relayed.code, reported),
-                                         started_at=begun, finished_at=relayed.finished)
+        report = msgspec.structs.replace(
+            self._outcome(relayed.code, reported), started_at=begun,
+            finished_at=relayed.finished,
+            usage=Usage(**reported.usage) if reported.usage is not None else None)
         self._report_after(relayed.code, report, reported)
         return report
 
@@ -206,7 +208,7 @@ class Lifecycle:
         return backends.Reported(
             thread_id=on_output.thread_id or self.report_file(THREAD_FILE, 128) or None,
             blocker=on_output.blocker if on_output.blocker is not None
-            else self.report_file(BLOCKER_FILE, 64))
+            else self.report_file(BLOCKER_FILE, 64), usage=on_output.usage)
 
     def _outcome(self, code: int, reported: backends.Reported) -> ExitBody:
         """The backend's outcome: a blocker it reported, a resume it did not confirm
