@@ -18,6 +18,8 @@ from prometheus_client.multiprocess import mark_process_dead
 from uvicorn.config import Config
 from uvicorn.supervisors.multiprocess import Multiprocess
 
+from runner_assembly.processes import process_exists
+
 PREFIX = "svc-metrics-"
 
 
@@ -42,21 +44,12 @@ def remove_orphans(parent: Path) -> list[Path]:
     for path in parent.glob(f"{PREFIX}*-*"):
         pid = path.name.removeprefix(PREFIX).split("-", 1)[0]
         if pid.isdigit() and path.stat().st_uid == os.getuid() and (
-                int(pid) == os.getpid() or not _running(int(pid))):
+                int(pid) == os.getpid() or not process_exists(int(pid))):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 

@@ -263,3 +263,14 @@ async def orchestration_on(database_url: str, data_dir: Path,
         await writer.close()
         await pool.close()
         await fence_pool.close()
+
+
+def with_script_backend(settings: Any, script: str, profile: str = "profile-1") -> Any:
+    """``settings`` (RunnerSettings) with ``profile`` run by the ``command`` kind: this
+    Python interpreter running ``script``."""
+    import dataclasses
+    import sys
+
+    return dataclasses.replace(
+        settings, backend_kinds={**settings.backend_kinds, profile: "command"},
+        backend_commands={**settings.backend_commands, profile: (sys.executable, "-c", script)})

@@ -4,9 +4,7 @@ standard output, and a resume that succeeds only when the backend confirms its t
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from api.settings import ServiceSettings
 from runner_assembly.runner import backends
 from runner_assembly.settings import REFERENCE_BACKEND, RunnerSettings
 from tests.conftest import app_client
-from tests.support import task_body
+from tests.support import task_body, with_script_backend
 from tests.test_dispatch import TASKS, dispatch, settle
 from tests.test_job_file import full_job
 
@@ -147,10 +145,7 @@ async def turn(client: Any, prompt: str) -> dict[str, Any]:
 async def test_threads_and_blockers_come_as_lines_and_a_resume_must_be_confirmed(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
-    settings = dataclasses.replace(
-        runner_settings, backend_kinds={**runner_settings.backend_kinds, "profile-1": "command"},
-        backend_commands={**runner_settings.backend_commands,
-                          "profile-1": (sys.executable, "-c", BACKEND)})
+    settings = with_script_backend(runner_settings, BACKEND)
     outcomes = []
     async with app_client(database_url, settings) as client:
         for prompt in ("start", "confirm", "other", "silent", "confirm", "blocker"):

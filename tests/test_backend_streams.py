@@ -8,15 +8,13 @@ and a 200 KiB line in numbered parts that concatenate to it."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import sys
 from typing import Any
 
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.support import task_body
+from tests.support import task_body, with_script_backend
 from tests.test_cli import svc
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle
 
@@ -58,10 +56,7 @@ async def items(client: Any, session_id: str, channel: str = "output") -> list[d
 async def test_stderr_long_lines_and_a_readable_configuration(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
-    settings = dataclasses.replace(
-        runner_settings, backend_kinds={**runner_settings.backend_kinds, "profile-1": "command"},
-        backend_commands={**runner_settings.backend_commands,
-                          "profile-1": (sys.executable, "-c", BACKEND)})
+    settings = with_script_backend(runner_settings, BACKEND)
     secret = runner_settings.data_dir / "secrets" / "svc-v01" / PROFILE_SECRETS["profile-1"].name
     (secret / "config.toml").write_text(CONFIG)
     async with app_client(database_url, settings) as client:

@@ -7,9 +7,7 @@ and changes nothing."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import httpx
 
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.support import replay_report, snapshot
+from tests.support import replay_report, snapshot, with_script_backend
 from tests.test_auth import bearer, new_key
 from tests.test_cli import svc
 from tests.test_dispatch import TASKS, run_task
@@ -51,10 +49,7 @@ def summed(*ns: int) -> dict[str, int]:
 async def test_usage_lands_on_the_attempt_the_task_and_the_stats_of_its_tenant_only(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
-    settings = dataclasses.replace(
-        runner_settings, backend_kinds={**runner_settings.backend_kinds, "profile-1": "command"},
-        backend_commands={**runner_settings.backend_commands,
-                          "profile-1": (sys.executable, "-c", BACKEND)})
+    settings = with_script_backend(runner_settings, BACKEND)
     async with app_client(database_url, settings) as client:
         key_a, _ = await new_key(client, "operator", tenant="alpha")
         key_b, _ = await new_key(client, "operator", tenant="beta")

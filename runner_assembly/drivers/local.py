@@ -43,6 +43,7 @@ from runner_assembly.drivers.protocol import (
     JobSpec,
     JobStatus,
 )
+from runner_assembly.processes import process_exists
 from runner_assembly.runner.jobfiles import write_atomically, write_private
 from runner_assembly.runner.launch import isolated_python
 from runner_assembly.runner.leftovers import remove_secrets
@@ -276,10 +277,4 @@ def _alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_exists(pid)
