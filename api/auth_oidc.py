@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import jwt
 
+from api.auth_jwt import CredentialUncheckable, is_jwt, unverified_claims
 from api.auth_principal import ROLES, Principal
-from api.auth_sources import CredentialUncheckable, is_jwt, unverified_claims
 
 if TYPE_CHECKING:
     from api.settings import ServiceSettings

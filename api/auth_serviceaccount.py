@@ -26,8 +26,8 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from api.auth_jwt import CredentialUncheckable, is_jwt, unverified_claims
 from api.auth_principal import Grant, Principal
-from api.auth_sources import CredentialUncheckable, is_jwt, unverified_claims
 from runner_assembly.drivers.k8s import REQUEST_TIMEOUT, REST_LOGGER, api_client, drop_bodies
 
 if TYPE_CHECKING:

@@ -11,28 +11,14 @@ token on a route that takes one, else refused. A source that cannot check a cred
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
-
-import jwt
+from typing import TYPE_CHECKING, Protocol
 
 from api.auth_keys import KeyService
 from api.auth_principal import Principal, is_api_key, key_sha256
-from ledger.errors import DomainError
-from ledger.states import FailureKind
 
 if TYPE_CHECKING:
     from api.settings import ServiceSettings
-
-JWT_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
-
-
-class CredentialUncheckable(DomainError):
-    """The credential could not be checked now (its issuer is unreachable); retry."""
-
-    code: str = FailureKind.INFRA_FAILED
-
 
 class CredentialSource(Protocol):
     """One kind of credential: which credentials it claims (by shape) and who they are."""
@@ -45,23 +31,8 @@ class CredentialSource(Protocol):
 
     async def authenticate(self, credential: str) -> Principal | None:
         """The principal of a valid credential, None for an invalid one;
-        :class:`CredentialUncheckable` when it cannot be checked now."""
+        :class:`api.auth_jwt.CredentialUncheckable` when it cannot be checked now."""
         ...
-
-
-def is_jwt(credential: str) -> bool:
-    """True for a credential shaped as a compact JWS: three base64url parts."""
-    return JWT_SHAPE.fullmatch(credential) is not None
-
-
-def unverified_claims(credential: str) -> dict[str, Any] | None:
-    """The payload of a JWT-shaped credential, signature NOT checked (to route it only);
-    None when it does not decode."""
-    try:
-        claims = jwt.decode(credential, options={"verify_signature": False})
-    except jwt.PyJWTError:
-        return None
-    return claims if isinstance(claims, dict) else None
 
 
 class KeySource:

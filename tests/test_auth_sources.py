@@ -30,10 +30,10 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from api.auth_jwt import CredentialUncheckable, is_jwt
 from api.auth_oidc import OidcSource, roles_of
 from api.auth_principal import Principal
 from api.auth_serviceaccount import ServiceAccountSource, account_of
-from api.auth_sources import CredentialUncheckable, is_jwt
 from api.settings import ServiceSettings
 from runner_assembly.drivers.k8s import api_client
 from runner_assembly.settings import RunnerSettings
