@@ -1,24 +1,34 @@
 """The ``codex`` backend kind with the real Codex CLI (npm ``@openai/codex`` at the version
-the Makefile pins, installed in ``.tools/codex`` by ``make test-setup``) through the service
-with the local driver, under bubblewrap. The model is the only stand-in: a mock Responses API
-(:mod:`tests.codex_mock`) that the profile secret's ``config.toml`` points Codex at."""
+the Makefile pins, installed in ``.tools/codex`` by ``make test-setup``) through the service,
+with each driver: ``local`` (under bubblewrap) and ``kubernetes`` (the pod runner under the
+test kubelet of tests/test_driver_conformance.py, whose image holds the Codex install). The
+model is the only stand-in: a mock Responses API (:mod:`tests.codex_mock`) that the profile
+secret's ``config.toml`` points Codex at. Every test runs once per driver, with one body."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from api.settings import ServiceSettings
+from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
+from runner_assembly.runner.backends import install_root
 from runner_assembly.settings import RunnerSettings
 from tests.codex_mock import MODEL, MockResponses, config_toml, user_messages
 from tests.conftest import app_client
 from tests.support import task_body
 from tests.test_dispatch import TASKS, dispatch, job_dirs, settle
+from tests.test_driver_conformance import Kubelet, store_secrets
+from tests.test_k8s_dispatch import kube  # noqa: F401  (the emulator fixture)
+from tests.test_k8s_driver import IMAGE, SOURCE
 from tests.test_sessions import lines
 
 CODEX = Path(__file__).resolve().parents[1] / ".tools/codex/node_modules/.bin/codex"
@@ -27,6 +37,7 @@ API_KEY_CANARY = "sk-codexCanary-7f3a9e1c5b2d4068"
 """The profile secret's API key: Codex must send it to the model, nobody may print it."""
 TURN_TIMEOUT_S = 180
 """Node's start, Codex's start and two model round trips, on a busy machine."""
+DRIVERS = ("local", "kubernetes")
 
 if not CODEX.exists():  # `make test` installs it first: only a bare pytest run skips
     pytest.skip(f"{CODEX} is missing (`make codex` installs it)", allow_module_level=True)
@@ -58,6 +69,60 @@ def codex_settings(tmp_path: Path, model: MockResponses) -> RunnerSettings:
     }).runner(data)
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where the driver under test runs its jobs: its settings and, for ``kubernetes``, the
+    test kubelet running the pods."""
+
+    settings: RunnerSettings
+    kubelet: Kubelet | None = None
+
+    def volume(self, record: dict[str, Any]) -> Path:
+        """The session volume of the session ``record`` (the claim's directory on the
+        node for a pod)."""
+        if self.kubelet is None:
+            return self.settings.sessions_dir / str(record["sessionId"])
+        return self.kubelet.root / "pvc" / str(record["storage"]["pvcName"])
+
+    def found(self, name: str) -> list[Path]:
+        """The files called ``name`` the jobs left (in their workspaces)."""
+        if self.kubelet is None:
+            return [path for folder in job_dirs(self.settings) for path in folder.rglob(name)]
+        return sorted(self.kubelet.root.glob(f"*/volumes/workspace/**/{name}"))
+
+    def logs(self) -> list[Path]:
+        """The jobs' own files of what they printed: the runner's scratch (output, errors,
+        trace) and, for a pod, its containers' logs."""
+        if self.kubelet is None:
+            return [folder / name for folder in job_dirs(self.settings)
+                    for name in ("stdout.log", "stderr.log", "trace.jsonl")]
+        root = self.kubelet.root
+        return sorted([*root.glob("*/*.log"), *root.glob("*/volumes/home/.svc/*.*")])
+
+
+@pytest.fixture(params=DRIVERS)
+async def place(request: pytest.FixtureRequest, codex_settings: RunnerSettings,
+                tmp_path: Path) -> AsyncIterator[Place]:
+    """The driver under test; for ``kubernetes`` the emulated API server holds the profile
+    secret and the kubelet's image holds the Codex install (read-only, where it lies)."""
+    if request.param == "local":
+        yield Place(codex_settings)
+        return
+    server = request.getfixturevalue("kube")
+    store_secrets(server, codex_settings.secrets_dir)
+    kubelet = Kubelet(server, tmp_path / "node")
+    kubelet.image_paths = [install_root(CODEX)]
+    watcher = asyncio.create_task(kubelet.watch())
+    try:
+        yield Place(dataclasses.replace(
+            codex_settings, driver="kubernetes", kubernetes_api=str(server.url).rstrip("/"),
+            defaults=RuntimeDefaults(imageSource=SOURCE, smokeTools=["git"],
+                                     images=[BuiltImage(source=SOURCE, image=IMAGE)])), kubelet)
+    finally:
+        watcher.cancel()
+        await kubelet.close()
+
+
 def ref(session_id: str) -> dict[str, Any]:
     """A sessionRef of a session whose thread the service keeps."""
     return {"sessionId": session_id, "conversationId": f"conv-{session_id}"}
@@ -81,6 +146,14 @@ def started_threads(output: list[str]) -> list[str]:
             if event.get("type") == "thread.started"]
 
 
+async def items(client: Any, session_id: str) -> list[tuple[str, str]]:
+    """The session's output items: each one's stream and line."""
+    response = await client.get(f"/api/v1/sessions/{session_id}/output",
+                                params={"limit": 1000})
+    assert response.status_code == 200, response.text
+    return [(item["stream"], item["line"]) for item in response.json()["items"]]
+
+
 async def session(client: Any, session_id: str) -> dict[str, Any]:
     """The session's record."""
     response = await client.get(f"/api/v1/sessions/{session_id}")
@@ -102,19 +175,18 @@ async def run(client: Any, prompt: str, session_id: str,
 
 
 async def test_codex_runs_a_shell_command_then_resumes_its_thread(
-    database_url: str, codex_settings: RunnerSettings, model: MockResponses
+    database_url: str, place: Place, model: MockResponses
 ) -> None:
-    async with app_client(database_url, codex_settings) as client:
+    async with app_client(database_url, place.settings) as client:
         first = await run(client, "run: echo made-by-codex > codex-made.txt", "cx1")
         first_output = await lines(client, "cx1")
         second = await run(client, "and now a second turn", "cx1")
         output = await lines(client, "cx1")
         trace = [json.loads(line) for line in await lines(client, "cx1", "trace")]
         record = await session(client, "cx1")
-        streams = {item["stream"] for item in (await client.get(
-            "/api/v1/sessions/cx1/output", params={"limit": 1000})).json()["items"]}
+        streams = {stream for stream, _line in await items(client, "cx1")}
     assert first["state"] == "completed", (first, first_output)
-    made = [path for path in job_dirs(codex_settings)[0].rglob("codex-made.txt")]
+    made = place.found("codex-made.txt")
     assert [path.read_text() for path in made] == ["made-by-codex\n"], \
         "the agent's shell command wrote in the workspace"
     (thread,) = started_threads(first_output)
@@ -135,26 +207,28 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
          "outputTokens": usage["output_tokens"],
          "reasoningOutputTokens": usage["reasoning_output_tokens"]} for usage in traced], \
         "the usage Codex reported is recorded on each attempt"
-    rollouts = list((codex_settings.sessions_dir / "cx1").rglob(f"rollout-*-{thread}.jsonl"))
+    rollouts = list(place.volume(record).rglob(f"rollout-*-{thread}.jsonl"))
     assert len(rollouts) == 1, "Codex's rollout lies in the session volume"
     everything = json.dumps([first, second, record, output, trace])
     assert API_KEY_CANARY not in everything
-    assert streams == {"stdout", "stderr"}, "Codex's standard error reaches the session"
+    assert "stdout" in streams, "Codex's events are the session's output (its standard "\
+        "error: test_a_bogus_thread_is_refused_and_never_replaced)"
     assert any(f"`{MODEL}`" in line for line in output), "the model's name is not masked"
-    logs = [folder / name for folder in job_dirs(codex_settings)
-            for name in ("stdout.log", "stderr.log", "trace.jsonl")]
-    assert all(API_KEY_CANARY not in log.read_text() for log in logs), "nor in the job's logs"
+    logs = place.logs()
+    assert logs and all(API_KEY_CANARY not in log.read_text() for log in logs), \
+        "nor in the job's logs"
 
 
 async def test_a_bogus_thread_is_refused_and_never_replaced(
-    database_url: str, codex_settings: RunnerSettings, model: MockResponses
+    database_url: str, place: Place, model: MockResponses
 ) -> None:
     unreadable = "01a21f39-c7a8-7920-b993-0000000000aa"
-    async with app_client(database_url, codex_settings) as client:
+    async with app_client(database_url, place.settings) as client:
         first = await run(client, "hello", "cx2")
         assert first["state"] == "completed", first
-        thread = (await session(client, "cx2"))["threadId"]
-        volume = codex_settings.sessions_dir / "cx2"
+        started = await session(client, "cx2")
+        thread = started["threadId"]
+        volume = place.volume(started)
         # a rollout that Codex cannot read: it is found, Codex starts, fails to resume and
         # confirms no thread
         (volume / f"rollout-2026-01-01T00-00-00-{unreadable}.jsonl").write_text("")
@@ -166,6 +240,7 @@ async def test_a_bogus_thread_is_refused_and_never_replaced(
                             "01a21f39-c7a8-7920-b993-0000000000bb")
         record = await session(client, "cx2")
         output = await lines(client, "cx2")
+        errors = [line for stream, line in await items(client, "cx2") if stream == "stderr"]
         trace = [json.loads(line) for line in await lines(client, "cx2", "trace")]
     for task in (tried, named, missing):
         assert task["state"] == "blocked", task
@@ -173,9 +248,39 @@ async def test_a_bogus_thread_is_refused_and_never_replaced(
     assert started_threads(output) == [thread], "no replacement thread"
     assert record["threadId"] == thread, "a failed resume leaves the session's thread"
     assert len(model.responses()) == 1, "the model saw only the first turn"
+    assert any(line.startswith("Error: thread/resume") and unreadable in line
+               for line in errors), ("Codex's standard error reaches the session", errors)
     refused = [event["reason"] for event in trace if event["kind"] == "backend-resume-refused"]
     assert refused == ["thr_bogus is not a Codex thread id (a UUID)",
                        "no rollout of thread 01a21f39-c7a8-7920-b993-0000000000bb in the "
                        "session volume"]
     assert [event["kind"] for event in trace].count("backend-start") == 2
     assert API_KEY_CANARY not in json.dumps([tried, named, missing, record, output, trace])
+
+
+async def test_a_deleted_rollout_is_session_store_evicted_with_no_replacement_thread(
+    database_url: str, place: Place, model: MockResponses
+) -> None:
+    """The session's own thread (no ``payload.threadId``) whose rollout was deleted from the
+    session volume: found before Codex starts; the turn is blocked, nothing replaces it."""
+    async with app_client(database_url, place.settings) as client:
+        first = await run(client, "hello", "cx3")
+        assert first["state"] == "completed", first
+        started = await session(client, "cx3")
+        thread = started["threadId"]
+        (rollout,) = place.volume(started).rglob(f"rollout-*-{thread}.jsonl")
+        rollout.unlink()
+        lost = await run(client, "carry on", "cx3")
+        record = await session(client, "cx3")
+        output = await lines(client, "cx3")
+        trace = [json.loads(line) for line in await lines(client, "cx3", "trace")]
+    assert lost["state"] == "blocked", lost
+    assert lost["latestAttempt"]["failureKind"] == "session-store-evicted"
+    assert f"no rollout of thread {thread}" in lost["latestAttempt"]["failureMessage"]
+    assert [event["reason"] for event in trace if event["kind"] == "backend-resume-refused"] \
+        == [f"no rollout of thread {thread} in the session volume"]
+    assert [event["kind"] for event in trace].count("backend-start") == 1, \
+        "Codex did not start for the lost thread"
+    assert started_threads(output) == [thread], "no replacement thread"
+    assert record["threadId"] == thread, "the session keeps its thread"
+    assert len(model.responses()) == 1, "the model saw only the first turn"

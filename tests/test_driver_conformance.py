@@ -73,6 +73,9 @@ class Kubelet:
         self.start_delay = 0.0
         """Seconds between the init containers and the main one (a slow image pull)."""
         self.tasks: list[asyncio.Task[None]] = []
+        self.image_paths: list[Path] = []
+        """Host paths the image holds (read-only at their own names): a backend installed
+        in the image, e.g. Codex's npm install."""
         self.bwrap = find_bwrap()
         api = api_client(str(server.url).rstrip("/"))
         self.core, self.batch = k8s.CoreV1Api(api), k8s.BatchV1Api(api)
@@ -223,8 +226,9 @@ class Kubelet:
         for mount in sorted(container["volumeMounts"], key=lambda m: len(m["mountPath"])):
             option = "--ro-bind" if mount.get("readOnly") else "--bind"
             args += [option, str(volumes[mount["name"]]), mount["mountPath"]]
-        for path in python_paths():  # the image's Python: after the pod's ``/tmp`` (a checkout
-            args += ["--ro-bind", str(path), str(path)]  # under /tmp stays visible)
+        for path in [*python_paths(), *self.image_paths]:  # the image's Python (and
+            args += ["--ro-bind", str(path), str(path)]  # programs): after the pod's ``/tmp``
+            # (a checkout under /tmp stays visible)
         program, *rest = container["command"]
         assert program == "python"
         return [*args, "--chdir", container["workingDir"], "--", sys.executable, *rest], env
