@@ -64,7 +64,7 @@ test-embedded: $(STAMP) $(CHECKOV) bwrap $(CODEX_STAMP)
 	$(PYTEST) --durations=25 -m 'not serial'
 	$(BIN)/pytest -q -m serial
 
-test-pg15: $(STAMP) bwrap
+test-pg15: $(STAMP) bwrap $(CODEX_STAMP)
 	bash scripts/with-pg15.sh $(PYTEST) -m pg_versions
 
 # The peers (Procrastinate, PgQueuer) come from the `bench` extra; wrk from Debian.
