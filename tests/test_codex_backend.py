@@ -178,7 +178,9 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
     database_url: str, place: Place, model: MockResponses
 ) -> None:
     async with app_client(database_url, place.settings) as client:
-        first = await run(client, "run: echo made-by-codex > codex-made.txt", "cx1")
+        # the agent also prints the profile secret's auth.json: the runner masks its values
+        first = await run(client, "run: echo made-by-codex > codex-made.txt && "
+                          "cat ~/.backend/auth.json", "cx1")
         first_output = await lines(client, "cx1")
         second = await run(client, "and now a second turn", "cx1")
         output = await lines(client, "cx1")
@@ -211,6 +213,13 @@ async def test_codex_runs_a_shell_command_then_resumes_its_thread(
     assert len(rollouts) == 1, "Codex's rollout lies in the session volume"
     everything = json.dumps([first, second, record, output, trace])
     assert API_KEY_CANARY not in everything
+    executed = [event["item"] for event in events(first_output)
+                if event.get("type") == "item.completed"
+                and event["item"].get("type") == "command_execution"]
+    assert [(item["aggregated_output"], item["exit_code"]) for item in executed] == [
+        ("[masked]", 0)], "the agent printed auth.json: masked"
+    assert API_KEY_CANARY in json.dumps(model.responses()[1]), \
+        "the command read the key (the model alone saw it)"
     assert "stdout" in streams, "Codex's events are the session's output (its standard "\
         "error: test_a_bogus_thread_is_refused_and_never_replaced)"
     assert any(f"`{MODEL}`" in line for line in output), "the model's name is not masked"
