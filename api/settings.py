@@ -134,7 +134,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
         data = self.data_path() if data_dir is None else data_dir
         backends = {profile: backend_of(
             profile, getattr(self, "backend_kind_" + profile.replace("-", "_")),
-            getattr(self, "backend_command_" + profile.replace("-", "_"))) for profile in PROFILES}
+            getattr(self, "backend_command_" + profile.replace("-", "_")),
+            resolve=self.runner_driver != "kubernetes") for profile in PROFILES}
         commands = {profile: command for profile, (_, command) in backends.items()}
         kinds = {profile: kind for profile, (kind, _) in backends.items()}
         return RunnerSettings(

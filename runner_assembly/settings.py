@@ -24,11 +24,12 @@ BACKEND_KINDS = ("command", "reference", "codex")
 """``SVC_BACKEND_KIND_PROFILE_n`` (docs/backends.md)."""
 
 
-def backend_of(profile: str, kind: str | None,
-               command: tuple[str, ...] | None) -> tuple[str, tuple[str, ...]]:
+def backend_of(profile: str, kind: str | None, command: tuple[str, ...] | None,
+               resolve: bool = True) -> tuple[str, tuple[str, ...]]:
     """The kind and command of ``profile``'s backend from its settings (DESIGN 14): unset
     kind is ``command`` with a command, else ``reference``; ``codex``'s command is its
-    program alone (else ``codex`` on ``PATH``), resolved to an absolute path when found.
+    program alone (else ``codex`` on ``PATH``), resolved to an absolute path when found and
+    ``resolve`` (not for pods: the runner finds it on its image's ``PATH``).
     ``ValueError`` names the variable of a combination that cannot run."""
     number = profile.removeprefix("profile-")
     kind_name, command_name = (f"SVC_BACKEND_KIND_PROFILE_{number}",
@@ -47,7 +48,7 @@ def backend_of(profile: str, kind: str | None,
     if len(program) != 1:
         raise ValueError(f"{kind_name}=codex: {command_name} names the program alone (the "
                          "service supplies its arguments)")
-    found = shutil.which(program[0])
+    found = shutil.which(program[0]) if resolve else None
     return kind, (str(Path(found).absolute()) if found else program[0],)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 
 from api.settings import ServiceSettings
 from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
+from runner_assembly.assembly.failures import MINIMAL_PATH
 from runner_assembly.assembly.profiles import PROFILE_SECRETS
 from runner_assembly.runner.backends import install_root
 from runner_assembly.settings import RunnerSettings
@@ -100,27 +103,55 @@ class Place:
         return sorted([*root.glob("*/*.log"), *root.glob("*/volumes/home/.svc/*.*")])
 
 
-@pytest.fixture(params=DRIVERS)
-async def place(request: pytest.FixtureRequest, codex_settings: RunnerSettings,
-                tmp_path: Path) -> AsyncIterator[Place]:
-    """The driver under test; for ``kubernetes`` the emulated API server holds the profile
-    secret and the kubelet's image holds the Codex install (read-only, where it lies)."""
-    if request.param == "local":
-        yield Place(codex_settings)
+@asynccontextmanager
+async def placed(request: pytest.FixtureRequest, settings: RunnerSettings,
+                 tmp_path: Path, image_env: dict[str, str] | None = None,
+                 ) -> AsyncIterator[Place]:
+    """``settings`` with the driver they name; for ``kubernetes`` the emulated API server
+    holds the profile secret and the kubelet's image holds the Codex install (read-only,
+    where it lies) and sets ``image_env``."""
+    if settings.driver == "local":
+        yield Place(settings)
         return
     server = request.getfixturevalue("kube")
-    store_secrets(server, codex_settings.secrets_dir)
+    store_secrets(server, settings.secrets_dir)
     kubelet = Kubelet(server, tmp_path / "node")
     kubelet.image_paths = [install_root(CODEX)]
+    kubelet.image_env = image_env or {}
     watcher = asyncio.create_task(kubelet.watch())
     try:
         yield Place(dataclasses.replace(
-            codex_settings, driver="kubernetes", kubernetes_api=str(server.url).rstrip("/"),
+            settings, driver="kubernetes", kubernetes_api=str(server.url).rstrip("/"),
             defaults=RuntimeDefaults(imageSource=SOURCE, smokeTools=["git"],
                                      images=[BuiltImage(source=SOURCE, image=IMAGE)])), kubelet)
     finally:
         watcher.cancel()
         await kubelet.close()
+
+
+@pytest.fixture(params=DRIVERS)
+async def place(request: pytest.FixtureRequest, codex_settings: RunnerSettings,
+                tmp_path: Path) -> AsyncIterator[Place]:
+    """The driver under test, its profile-1 naming the Codex program."""
+    async with placed(request, dataclasses.replace(codex_settings, driver=request.param),
+                      tmp_path) as where:
+        yield where
+
+
+@pytest.fixture(params=DRIVERS)
+async def place_by_path(request: pytest.FixtureRequest, codex_settings: RunnerSettings,
+                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        ) -> AsyncIterator[Place]:
+    """The driver under test, its profile-1 the ``codex`` kind without a program: Codex is on
+    the ``PATH`` of the server (and, for ``kubernetes``, of the runner's image)."""
+    path = f"{CODEX.parent}:{MINIMAL_PATH}"
+    monkeypatch.setenv("PATH", f"{CODEX.parent}:{os.environ['PATH']}")
+    settings = ServiceSettings.from_env({
+        "SVC_BACKEND_KIND_PROFILE_1": "codex", "SVC_RUNNER_DRIVER": request.param,
+        "SVC_BACKEND_LOOPBACK_PORTS": ",".join(map(str, codex_settings.backend_loopback_ports)),
+    }).runner(codex_settings.data_dir)
+    async with placed(request, settings, tmp_path, {"PATH": path}) as where:
+        yield where
 
 
 def ref(session_id: str) -> dict[str, Any]:
@@ -293,3 +324,22 @@ async def test_a_deleted_rollout_is_session_store_evicted_with_no_replacement_th
     assert started_threads(output) == [thread], "no replacement thread"
     assert record["threadId"] == thread, "the session keeps its thread"
     assert len(model.responses()) == 1, "the model saw only the first turn"
+
+
+async def test_codex_named_alone_is_found_on_the_path_where_the_runner_runs(
+    database_url: str, place_by_path: Place, model: MockResponses
+) -> None:
+    """No program named: a local server resolves ``codex`` on its ``PATH``; the kubernetes
+    manager leaves it to the pod, whose runner finds it on its image's ``PATH`` (the
+    manager's may name another install) and runs it as a named one (node, install root)."""
+    place = place_by_path
+    named = ("codex",) if place.kubelet else (str(CODEX),)
+    assert place.settings.backend_commands["profile-1"] == named
+    async with app_client(database_url, place.settings) as client:
+        done = await run(client, "hello", "cx4")
+        output = await lines(client, "cx4")
+        record = await session(client, "cx4")
+    assert done["state"] == "completed", (done["latestAttempt"], output)
+    (thread,) = started_threads(output)
+    assert record["threadId"] == thread
+    assert len(model.responses()) == 1

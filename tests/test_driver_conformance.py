@@ -76,6 +76,8 @@ class Kubelet:
         self.image_paths: list[Path] = []
         """Host paths the image holds (read-only at their own names): a backend installed
         in the image, e.g. Codex's npm install."""
+        self.image_env: dict[str, str] = {}
+        """Variables the image sets beyond ``PATH`` and ``LANG`` (or instead of them)."""
         self.bwrap = find_bwrap()
         api = api_client(str(server.url).rstrip("/"))
         self.core, self.batch = k8s.CoreV1Api(api), k8s.BatchV1Api(api)
@@ -210,7 +212,7 @@ class Kubelet:
     def container(self, folder: Path, container: dict[str, Any],
                   volumes: dict[str, Path]) -> tuple[list[str], dict[str, str]]:
         """The container's command under bubblewrap, and its environment."""
-        env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8"}  # what the image itself sets
+        env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", **self.image_env}  # the image's
         for entry in container.get("env", []):
             if "value" in entry:
                 env[entry["name"]] = entry["value"]

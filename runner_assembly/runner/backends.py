@@ -55,9 +55,19 @@ def argv(job: JobFile) -> list[str]:
     arguments (run by ``node`` when it is Codex's JavaScript launcher), else the command."""
     if job.backend_kind != CODEX:
         return list(job.backend_command)
-    program = job.backend_command[0]
+    program = _on_path(job.backend_command[0])
     resume = ["resume", job.thread_id] if job.thread_id else []
     return [*_launcher(program), *CODEX_ARGS, *resume, "-"]
+
+
+def _on_path(program: str) -> str:
+    """A program named alone, as the runner's own ``PATH`` finds it (absolute), else as it
+    is: with the kubernetes driver the manager leaves ``codex`` to the runner, whose
+    ``PATH`` is its image's (as a local server's is where it runs)."""
+    if "/" in program:
+        return program
+    found = shutil.which(program)
+    return str(Path(found).absolute()) if found else program
 
 
 def backend_env(job: JobFile, env: dict[str, str], backend_home: Path) -> dict[str, str]:
