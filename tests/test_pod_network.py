@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from api.settings import ServiceSettings
 from runner_assembly.contract.jobfile import FetchAllow
 from runner_assembly.runner import egress
 from runner_assembly.runner.egress import EgressPolicy, EgressProxy, Refused
@@ -55,13 +56,20 @@ for label, (host, port) in sorted(targets.items()):
 '''
 
 
+@pytest.mark.parametrize("allowed", ["model-port", "all-loopback"])
 async def test_a_pod_backend_reaches_the_model_api_through_its_runner_never_the_manager(
-    database_url: str, runner_settings: RunnerSettings, tmp_path: Path, kube: Any  # noqa: F811
+    database_url: str, runner_settings: RunnerSettings, tmp_path: Path, kube: Any,  # noqa: F811
+    allowed: str
 ) -> None:
+    """``model-port``: the operator allow-lists the model server's ``host:port``; the
+    manager and the database are loopback, refused. ``all-loopback``: the operator
+    allow-lists every port of ``127.0.0.1``; the manager's and the database's endpoints
+    stay refused all the same (the job file's ``protected``)."""
     async with tcp_service("127.0.0.1", MODEL_ANSWER) as model, \
             database_on_tcp(database_url) as db_port:
         settings = dataclasses.replace(
-            runner_settings, fetch_allow_hosts=(f"127.0.0.1:{model}",),
+            runner_settings, protected_endpoints=(f"127.0.0.1:{db_port}",),
+            fetch_allow_hosts=(f"127.0.0.1:{model}" if allowed == "model-port" else "127.0.0.1",),
             backend_commands={**runner_settings.backend_commands,
                               "profile-1": (sys.executable, "-c", PROBE)},
             backend_kinds={**runner_settings.backend_kinds, "profile-1": "command"})
@@ -180,7 +188,21 @@ def test_loopback_link_local_and_metadata_are_refused_unless_allow_listed(host: 
         assert EgressPolicy(FetchAllow(hosts=[f"{host}:443"])).addresses(name, 443)
 
 
-def test_the_manager_endpoint_comes_from_its_url() -> None:
+def test_the_service_endpoints_come_from_its_urls(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database's TCP endpoints (``SVC_DATABASE_URL``, ``SVC_MIGRATE_DATABASE_URL``) and
+    the manager's (``SVC_RUNNER_API_URL``) reach the job file as ``protected``; a database
+    on a Unix socket has none."""
     assert egress.endpoint("http://127.0.0.1:8123/api") == ("127.0.0.1", 8123)
     assert egress.endpoint("https://Svc.Example.") == ("svc.example", 443)
+    assert egress.endpoint("postgresql://u@[::1]/db") == ("::1", 5432)
     assert egress.endpoint(None) is None and egress.endpoint("unix:/x") is None
+    assert egress.endpoint("postgresql://u@localhost/db?host=/run/pg") is None
+    monkeypatch.setenv("SVC_DATABASE_URL", "postgresql://svc@db.example:6543/svc")
+    monkeypatch.setenv("SVC_MIGRATE_DATABASE_URL", "postgresql://owner@/svc?host=/run/pg")
+    settings = ServiceSettings.from_env().runner(tmp_path / "data")
+    assert settings.protected_endpoints == ("db.example:6543",)
+    allow = dataclasses.replace(settings, runner_api_url="http://[::1]:8080").fetch_allow
+    assert allow.protected == ["db.example:6543", "[::1]:8080"]
+    policy = egress.policy_for(allow, "http://manager.example:8080")
+    assert policy.protected == (("db.example", 6543), ("::1", 8080), ("manager.example", 8080))

@@ -104,15 +104,46 @@ class EgressPolicy:
         return False
 
 
+ENDPOINT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
+"""The default port of each URL scheme :func:`endpoint` reads."""
+
+
 def endpoint(url: str | None) -> tuple[str, int] | None:
-    """The host and port of ``url`` (``SVC_RUNNER_API_URL``); None without one."""
+    """The TCP host and port of ``url`` (``SVC_RUNNER_API_URL``, ``SVC_DATABASE_URL``);
+    None without one, for a Unix socket (no host, or a ``host=/path`` query) or a URL that
+    does not parse."""
     if not url:
         return None
     parts = urllib.parse.urlsplit(url)
-    if not parts.hostname:
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
         return None
-    default = 443 if parts.scheme == "https" else 80
-    return parts.hostname.lower().rstrip("."), parts.port or default
+    on_socket = urllib.parse.parse_qs(parts.query).get("host", [""])[0].startswith("/")
+    if not host or on_socket or parts.scheme not in ENDPOINT_PORTS:
+        return None
+    return host.lower().rstrip("."), port or ENDPOINT_PORTS[parts.scheme]
+
+
+def authority(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets (as ``SVC_FETCH_ALLOW_HOSTS`` reads it)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def policy_for(allow: FetchAllow, manager_url: str | None) -> EgressPolicy:
+    """The egress rules of a job: its allow-list; its ``protected`` endpoints and the
+    manager's (``manager_url``) never."""
+    protected = [found for found in (_host_port(entry) for entry in allow.protected) if found]
+    manager = endpoint(manager_url)
+    return EgressPolicy(allow, tuple([*protected, *([manager] if manager else [])]))
+
+
+def _host_port(entry: str) -> tuple[str, int] | None:
+    try:
+        host, port = split_host(entry)
+    except ValueError:
+        return None
+    return (host, port) if port is not None else None
 
 
 def parse(head: bytes) -> Request:

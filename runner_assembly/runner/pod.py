@@ -40,7 +40,7 @@ from runner_assembly.contract.jobfile import JobFile, JobFileRefused
 from runner_assembly.contract.messages import ExitBody
 from runner_assembly.contract.plan import EnvEntry, SecretUse
 from runner_assembly.runner.assemble import Assembler
-from runner_assembly.runner.egress import EgressPolicy, EgressProxy, endpoint
+from runner_assembly.runner.egress import EgressProxy, policy_for
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.lifecycle import MASKER, Lifecycle, connect, read_job
 from runner_assembly.runner.manager_client import ManagerRefused
@@ -147,14 +147,14 @@ def _wrapped(life: Lifecycle, path: str, proxy: EgressProxy | None, command: lis
 
 def start_egress(life: Lifecycle) -> EgressProxy:
     """The backend's egress proxy (:mod:`runner_assembly.runner.egress`) on a Unix socket in
-    the runner's scratch: the fetch rules with the job's allow-list, never the manager
-    (``SVC_RUNNER_API_URL``); the first refusals traced (host, port and rule)."""
+    the runner's scratch: the fetch rules with the job's allow-list, never the service's
+    own endpoints (its database, the manager: ``SVC_RUNNER_API_URL``); the first refusals
+    traced (host, port and rule)."""
     folder = STATE_DIR / EGRESS_DIR
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / EGRESS_SOCKET
     path.unlink(missing_ok=True)
-    manager = endpoint(os.environ.get("SVC_RUNNER_API_URL"))
-    policy = EgressPolicy(life.job.fetch_allow, (manager,) if manager else ())
+    policy = policy_for(life.job.fetch_allow, os.environ.get("SVC_RUNNER_API_URL"))
     traced = itertools.count()
 
     def refused(host: str, port: int, reason: str) -> None:
