@@ -156,10 +156,11 @@ class RunnerSettings:
     @property
     def backend_network(self) -> str:
         """The backends' network: ``pasta`` (local, sandboxed: their own namespace, no host
-        loopback service but the forwarded ports), ``host`` (local, unsandboxed) or ``pod``
-        (Kubernetes: the pod's network)."""
+        loopback service but the forwarded ports), ``host`` (local, unsandboxed), ``proxy``
+        (Kubernetes, sandboxed: a namespace with only a loopback, out through the runner's
+        egress proxy) or ``pod`` (Kubernetes, unsandboxed: the pod's network)."""
         if self.driver != "local":
-            return "pod"
+            return "proxy" if self.pod_sandbox == "bwrap" else "pod"
         return "pasta" if self.local_sandbox == "bwrap" else "host"
 
     @property
