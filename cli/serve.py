@@ -160,8 +160,8 @@ def serve(
                    f"{forwarded})")
     elif settings.backend_network == "proxy":
         render.out("backend network: a namespace with only a loopback: out through its "
-                   "runner's egress proxy (never the manager or the database; loopback, "
-                   "link-local and metadata hosts only as SVC_FETCH_ALLOW_HOSTS allows)")
+                   "runner's egress proxy (public hosts; never the manager or the database; "
+                   "other hosts only as SVC_FETCH_ALLOW_HOSTS allows)")
     if admin_key is not None:
         render.out(f"wrote the first admin API key to {admin_key} (0600): the CLI sends it "
                    "from there (or set SVC_TOKEN); `svc auth key create` makes others")

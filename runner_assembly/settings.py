@@ -10,7 +10,6 @@ from runner_assembly.assembly.defaults import SPEC_SMOKE_TOOLS, RuntimeDefaults
 from runner_assembly.assembly.profiles import PROFILES
 from runner_assembly.assembly.workspace_root import check_root_setting
 from runner_assembly.contract.jobfile import FetchAllow
-from runner_assembly.runner.egress import authority, endpoint
 from runner_assembly.runner.launch import isolated_python
 
 DEFAULT_NAMESPACE = "svc-v01"
@@ -131,13 +130,9 @@ class RunnerSettings:
         denied = [str(self.data_dir.resolve())]
         if self.workspace_root:
             denied.append(self.workspace_root)
-        protected = [*self.protected_endpoints]
-        manager = endpoint(self.runner_api_url)
-        if manager is not None:
-            protected.append(authority(*manager))
         return FetchAllow(file_roots=list(self.fetch_allow_file_roots),
                           hosts=list(self.fetch_allow_hosts), denied_roots=denied,
-                          protected=protected)
+                          protected=list(self.protected_endpoints))
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:

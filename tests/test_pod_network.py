@@ -166,6 +166,12 @@ def test_the_proxy_answers_anything_else_400(tmp_path: Path, request_line: bytes
     assert said.startswith(b"HTTP/1.1 400 Bad Request\r\n"), said
 
 
+def test_a_public_address_is_reached_without_an_allow_list() -> None:
+    assert [str(a) for a in EgressPolicy(FetchAllow()).addresses("93.184.216.34", 443)] == [
+        "93.184.216.34"]
+    assert EgressPolicy(FetchAllow()).addresses("2606:2800:220:1::", 443)
+
+
 def test_the_manager_is_refused_even_when_its_host_is_allow_listed() -> None:
     """``SVC_FETCH_ALLOW_HOSTS=127.0.0.1`` (any port) opens loopback to the proxy, but never
     the manager's own endpoint, by address or by name."""
@@ -179,10 +185,15 @@ def test_the_manager_is_refused_even_when_its_host_is_allow_listed() -> None:
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "169.254.169.254",
                                   "metadata.google.internal", "[::1]", "0.0.0.0", "2130706433",
-                                  "[::ffff:127.0.0.1]"])
-def test_loopback_link_local_and_metadata_are_refused_unless_allow_listed(host: str) -> None:
+                                  "[::ffff:127.0.0.1]", "10.96.0.1", "192.168.1.20",
+                                  "172.16.0.5", "100.64.0.1", "[fd00::1]",
+                                  "[::ffff:10.0.0.1]"])
+def test_addresses_that_are_not_public_are_refused_unless_allow_listed(host: str) -> None:
+    """Loopback, link-local and metadata as for fetches, and for a backend every other
+    address that is not global too: the cluster's pods and services (the manager's pods
+    behind its Service, the Kubernetes API) are no model API."""
     name = host.strip("[]")
-    with pytest.raises(Refused):
+    with pytest.raises(Refused, match="not public"):
         EgressPolicy(FetchAllow()).addresses(name, 443)
     if name != "metadata.google.internal":  # (no such name here to resolve)
         assert EgressPolicy(FetchAllow(hosts=[f"{host}:443"])).addresses(name, 443)
@@ -202,7 +213,8 @@ def test_the_service_endpoints_come_from_its_urls(tmp_path: Path,
     monkeypatch.setenv("SVC_MIGRATE_DATABASE_URL", "postgresql://owner@/svc?host=/run/pg")
     settings = ServiceSettings.from_env().runner(tmp_path / "data")
     assert settings.protected_endpoints == ("db.example:6543",)
-    allow = dataclasses.replace(settings, runner_api_url="http://[::1]:8080").fetch_allow
-    assert allow.protected == ["db.example:6543", "[::1]:8080"]
+    allow = dataclasses.replace(settings, protected_endpoints=(
+        *settings.protected_endpoints, "[::1]:5432")).fetch_allow
+    assert allow.protected == ["db.example:6543", "[::1]:5432"]
     policy = egress.policy_for(allow, "http://manager.example:8080")
-    assert policy.protected == (("db.example", 6543), ("::1", 8080), ("manager.example", 8080))
+    assert policy.protected == (("db.example", 6543), ("::1", 5432), ("manager.example", 8080))

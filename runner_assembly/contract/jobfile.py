@@ -31,8 +31,9 @@ class FetchAllow(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     below ``denied_roots`` (the data directory, the workspace root), and loopback,
     link-local or metadata hosts named in ``hosts`` (``SVC_FETCH_ALLOW_HOSTS``,
     ``host[:port]``). The runner checks each fetch against it again, resolving the host.
-    ``protected``: the service's own endpoints (``host:port`` of its API and database),
-    which a pod backend's egress never reaches, allow-listed or not."""
+    ``protected``: the service's own endpoints (``host:port`` of its database; the runner
+    adds the manager's, ``SVC_RUNNER_API_URL``), which a pod backend's egress never
+    reaches, allow-listed or not."""
 
     file_roots: list[str] = msgspec.field(default_factory=list)
     hosts: list[str] = msgspec.field(default_factory=list)

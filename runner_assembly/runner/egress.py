@@ -5,11 +5,13 @@ neither the manager nor anything else directly. Its runner, outside the namespac
 on a Unix socket bound into the sandbox (the sandbox's relay,
 :mod:`runner_assembly.runner.egress_relay`, makes it the backend's ``HTTPS_PROXY``) and
 serves HTTP proxy requests on it: ``CONNECT host:port`` (HTTPS, what model APIs speak) and
-plain ``http://`` requests in absolute form (one request per connection). Each destination
-passes the repository fetches' rules first (:mod:`runner_assembly.assembly.fetch_policy`):
-no loopback, link-local, unspecified, multicast or metadata address, no ``localhost`` or
-metadata name, unless ``SVC_FETCH_ALLOW_HOSTS`` names it; and never the manager
-(``SVC_RUNNER_API_URL``'s host and port), allow-listed or not. The proxy resolves a name
+plain ``http://`` requests in absolute form (one request per connection). A destination
+must be public: the repository fetches' rules (:mod:`runner_assembly.assembly.fetch_policy`:
+no loopback, link-local or metadata address, no ``localhost`` or metadata name) and, for a
+backend, no other address that is not global either (private, shared, reserved: the
+cluster's pods and services, the manager's among them), unless ``SVC_FETCH_ALLOW_HOSTS``
+names it; and never the service's own endpoints (the job file's ``protected``: its
+database; ``SVC_RUNNER_API_URL``'s host and port), allow-listed or not. The proxy resolves a name
 once and connects only to the addresses it checked (no second lookup to rebind). A refusal
 answers ``403`` naming the host and the rule, never more.
 """
@@ -17,6 +19,7 @@ answers ``403`` naming the host and the rule, never more.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import threading
 import urllib.parse
@@ -76,6 +79,10 @@ class EgressPolicy:
         host = host.lower().rstrip(".")
         if not 0 < port < 65536 or not host or len(host) > 253:
             raise Refused("not a host and port")
+        allowed = host_allowed(host, port, self.allow)
+        if not allowed and (host == "localhost" or host.endswith(".localhost")
+                            or host in METADATA_NAMES):
+            raise Refused(not_public(host))
         address = literal(host)
         found = [address] if address is not None else lookup(host, port, DNS_TIMEOUT_S)
         if not found:
@@ -83,12 +90,8 @@ class EgressPolicy:
         if self._protected(host, port, found):
             raise Refused(f"{host}:{port} is the service's own endpoint (never reachable from "
                           "a backend)")
-        if host_allowed(host, port, self.allow):
-            return found
-        if host == "localhost" or host.endswith(".localhost") or host in METADATA_NAMES \
-                or any(forbidden(each) for each in found):
-            raise Refused(f"{host} is or resolves to a loopback, link-local or metadata "
-                          "address (not in SVC_FETCH_ALLOW_HOSTS)")
+        if not allowed and not all(public(each) for each in found):
+            raise Refused(not_public(host))
         return found
 
     def _protected(self, host: str, port: int, found: list[Address]) -> bool:
@@ -102,6 +105,20 @@ class EgressPolicy:
             if set(theirs or []) & set(found):
                 return True
         return False
+
+
+def not_public(host: str) -> str:
+    """Why ``host`` is refused when it is not public."""
+    return (f"{host} is or resolves to an address that is not public (loopback, private, "
+            "link-local or metadata; not in SVC_FETCH_ALLOW_HOSTS)")
+
+
+def public(address: Address) -> bool:
+    """A global address that is none of the fetch rules' forbidden ones (an IPv4 address
+    inside IPv6 judged as itself)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not forbidden(address)
 
 
 ENDPOINT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
