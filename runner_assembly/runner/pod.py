@@ -118,8 +118,9 @@ def backend(job_path: Path) -> int:
             env[entry.name] = os.environ[entry.name]
     register_pod_secrets(MASKER, plan.env, plan.transient_env.names, plan.secrets, env)
     beats, shipper = life.heartbeats(), life.shipper()
-    proxy = start_egress(life) if sandbox_mode() != OFF else None
+    proxy = None
     try:
+        proxy = start_egress(life) if sandbox_mode() != OFF else None
         report = life.run_backend(env, partial(_wrapped, life, env.get("PATH", ""), proxy),
                                   forward_term)
     finally:
