@@ -129,6 +129,7 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
         ``ValueError`` (a refused workspace root) when it cannot be used."""
         from runner_assembly.assembly.defaults import load_defaults
         from runner_assembly.assembly.profiles import PROFILES
+        from runner_assembly.runner.egress import authority, endpoint
         from runner_assembly.settings import RunnerSettings, backend_of, workspace_root
 
         data = self.data_path() if data_dir is None else data_dir
@@ -158,7 +159,10 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             fetch_allow_hosts=self.fetch_allow_hosts, output_max_bytes=self.output_max_bytes,
             max_sessions_per_tenant=self.max_sessions_per_tenant,
             backend_loopback_ports=self.backend_loopback_ports,
-            sandbox_read_only=self.sandbox_read_only)
+            sandbox_read_only=self.sandbox_read_only,
+            protected_endpoints=tuple(authority(*found) for found in (
+                endpoint(url) for url in (self.database_url, self.migrate_database_url))
+                if found is not None))
 
 
 def _parsed(variable: Variable, value: str | None) -> object:

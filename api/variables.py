@@ -323,7 +323,9 @@ VARIABLES: tuple[Variable, ...] = (
     _server("SVC_FETCH_ALLOW_HOSTS", "", hosts,
             "`host[:port]` entries, comma-separated, that runners may fetch repositories from "
             "although they are, or resolve to, loopback, link-local or metadata addresses "
-            "(checked at submit, at dispatch and by the runner before `git` runs)"),
+            "(checked at submit, at dispatch and by the runner before `git` runs); a pod's "
+            "backend reaches them, and other addresses that are not public, through its "
+            "runner's egress proxy (never the manager or the database)"),
     _server("SVC_LOG_LEVEL", "INFO", text,
             "log level of `svc serve`; `DEBUG` adds an access line for every successful "
             "request (failed ones, status 400 and up, are logged at `INFO`)"),

@@ -389,7 +389,9 @@ class Health(msgspec.Struct, rename="camel", kw_only=True):
     """How local backends are confined: ``bwrap`` or ``off`` (None with Kubernetes)."""
     backend_network: str | None = None
     """The backends' network: ``pasta`` (their own namespace, no host loopback service but
-    ``SVC_BACKEND_LOOPBACK_PORTS``), ``host`` (unsandboxed) or ``pod`` (Kubernetes)."""
+    ``SVC_BACKEND_LOOPBACK_PORTS``), ``host`` (unsandboxed), ``proxy`` (Kubernetes: a
+    namespace with only a loopback, out through the runner's egress proxy) or ``pod``
+    (Kubernetes, unsandboxed: the pod's network)."""
 
 
 class ErrorBody(msgspec.Struct):

@@ -158,6 +158,10 @@ def serve(
         render.out("backend network: a namespace of its own (pasta): the network, but no "
                    "loopback service of this host (forwarded, SVC_BACKEND_LOOPBACK_PORTS: "
                    f"{forwarded})")
+    elif settings.backend_network == "proxy":
+        render.out("backend network: a namespace with only a loopback: out through its "
+                   "runner's egress proxy (public hosts; never the manager or the database; "
+                   "other hosts only as SVC_FETCH_ALLOW_HOSTS allows)")
     if admin_key is not None:
         render.out(f"wrote the first admin API key to {admin_key} (0600): the CLI sends it "
                    "from there (or set SVC_TOKEN); `svc auth key create` makes others")

@@ -120,6 +120,9 @@ class RunnerSettings:
     reach (every other one is out of their network namespace's reach)."""
     sandbox_read_only: tuple[str, ...] = ()
     """``SVC_SANDBOX_READ_ONLY``: operator paths every sandboxed backend sees read-only."""
+    protected_endpoints: tuple[str, ...] = ()
+    """``host:port`` of the service's own TCP endpoints besides the runner API (its
+    database): a pod backend's egress proxy never connects there."""
 
     @property
     def fetch_allow(self) -> FetchAllow:
@@ -129,7 +132,8 @@ class RunnerSettings:
         if self.workspace_root:
             denied.append(self.workspace_root)
         return FetchAllow(file_roots=list(self.fetch_allow_file_roots),
-                          hosts=list(self.fetch_allow_hosts), denied_roots=denied)
+                          hosts=list(self.fetch_allow_hosts), denied_roots=denied,
+                          protected=list(self.protected_endpoints))
 
     @property
     def smoke_tools(self) -> tuple[str, ...]:
@@ -148,10 +152,11 @@ class RunnerSettings:
     @property
     def backend_network(self) -> str:
         """The backends' network: ``pasta`` (local, sandboxed: their own namespace, no host
-        loopback service but the forwarded ports), ``host`` (local, unsandboxed) or ``pod``
-        (Kubernetes: the pod's network)."""
+        loopback service but the forwarded ports), ``host`` (local, unsandboxed), ``proxy``
+        (Kubernetes, sandboxed: a namespace with only a loopback, out through the runner's
+        egress proxy) or ``pod`` (Kubernetes, unsandboxed: the pod's network)."""
         if self.driver != "local":
-            return "pod"
+            return "proxy" if self.pod_sandbox == "bwrap" else "pod"
         return "pasta" if self.local_sandbox == "bwrap" else "host"
 
     @property

@@ -323,6 +323,18 @@ async def harness(request: pytest.FixtureRequest, database_url: str,
                   runner_settings: RunnerSettings, tmp_path: Path) -> AsyncIterator[Harness]:
     """The app on loopback with the driver under test (and its kubelet for kubernetes)."""
     sandbox = "off" if request.node.get_closest_marker("unsandboxed") else "bwrap"
+    server = request.getfixturevalue("kube") if request.param == "kubernetes" else None
+    async with running(request.param, database_url, runner_settings, tmp_path, server,
+                       sandbox) as harness:
+        yield harness
+
+
+@contextlib.asynccontextmanager
+async def running(driver: str, database_url: str, runner_settings: RunnerSettings,
+                  tmp_path: Path, server: Any = None, sandbox: str = "bwrap",
+                  ) -> AsyncIterator[Harness]:
+    """The app on loopback with ``driver`` (its kubelet on the emulator ``server`` for
+    kubernetes) and the suite's settings over ``runner_settings``."""
     granted = with_grants(runner_settings,
                           granting(*ENV_CREDENTIAL["secretScope"]["toolCredentials"]))
     settings = dataclasses.replace(granted, runner_heartbeat_s=0.3,
@@ -330,8 +342,7 @@ async def harness(request: pytest.FixtureRequest, database_url: str,
                                    local_sandbox=sandbox,
                                    pod_sandbox=sandbox)
     kubelet = None
-    if request.param == "kubernetes":
-        server = request.getfixturevalue("kube")
+    if driver == "kubernetes":
         store_secrets(server, settings.secrets_dir)
         settings = dataclasses.replace(
             settings, driver="kubernetes", kubernetes_api=str(server.url).rstrip("/"),
@@ -340,7 +351,7 @@ async def harness(request: pytest.FixtureRequest, database_url: str,
                                      tenantPolicies=settings.defaults.tenantPolicies))
         kubelet = Kubelet(server, tmp_path / "node")
     async with app_client(database_url, settings) as client:
-        harness = Harness(request.param, settings, client, kubelet)
+        harness = Harness(driver, settings, client, kubelet)
         watcher = asyncio.create_task(kubelet.watch() if kubelet else harness.collect_tokens())
         try:
             yield harness

@@ -95,7 +95,7 @@ def full_job(**local_fields: Any) -> JobFile:
         "workspace_root": "/srv/workspaces", "volume_dir": "/srv/sessions/ses_1",
         "faults": ["runner-crash-before-exit"],
         "fetch_allow": FetchAllow(file_roots=["/srv/git"], hosts=["127.0.0.1:3000"],
-                                  denied_roots=["/srv/data"]),
+                                  denied_roots=["/srv/data"], protected=["db.svc:5432"]),
         "output_max_bytes": 1_000_000}
     return JobFile(**{**fields, **local_fields})
 

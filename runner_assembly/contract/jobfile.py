@@ -30,11 +30,15 @@ class FetchAllow(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     (DESIGN 13): ``file://`` below ``file_roots`` (``SVC_FETCH_ALLOW_FILE_ROOTS``) but never
     below ``denied_roots`` (the data directory, the workspace root), and loopback,
     link-local or metadata hosts named in ``hosts`` (``SVC_FETCH_ALLOW_HOSTS``,
-    ``host[:port]``). The runner checks each fetch against it again, resolving the host."""
+    ``host[:port]``). The runner checks each fetch against it again, resolving the host.
+    ``protected``: the service's own endpoints (``host:port`` of its database; the runner
+    adds the manager's, ``SVC_RUNNER_API_URL``), which a pod backend's egress never
+    reaches, allow-listed or not."""
 
     file_roots: list[str] = msgspec.field(default_factory=list)
     hosts: list[str] = msgspec.field(default_factory=list)
     denied_roots: list[str] = msgspec.field(default_factory=list)
+    protected: list[str] = msgspec.field(default_factory=list)
 
 
 class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

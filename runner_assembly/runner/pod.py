@@ -12,7 +12,9 @@ assembly event and writes the launch file (non-secret environment) and the promp
 scratch. ``backend`` (main container) heartbeats, starts the backend with that environment
 plus the secret references Kubernetes injected -- under bubblewrap, without the per-job
 Secret's mount: the runner holds the token in memory only and is not dumpable, so the
-backend (same UID) cannot read the token and pose as its runner (:func:`sandboxed`) -- ships
+backend (same UID) cannot read the token and pose as its runner (:func:`sandboxed`), and in
+a network namespace with only a loopback, whose one way out is the runner's egress proxy
+(:mod:`runner_assembly.runner.egress`: the model API, never the manager) -- ships
 its output (the assembly's trace lines first), then reports the thread, the session storage
 summary and its exit. A failure kind is also left as the container's termination message:
 the manager's fallback when the exit report could not be delivered.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import signal
@@ -37,6 +40,7 @@ from runner_assembly.contract.jobfile import JobFile, JobFileRefused
 from runner_assembly.contract.messages import ExitBody
 from runner_assembly.contract.plan import EnvEntry, SecretUse
 from runner_assembly.runner.assemble import Assembler
+from runner_assembly.runner.egress import EgressProxy, policy_for
 from runner_assembly.runner.layout import Layout
 from runner_assembly.runner.lifecycle import MASKER, Lifecycle, connect, read_job
 from runner_assembly.runner.manager_client import ManagerRefused
@@ -57,6 +61,10 @@ STATE_DIR = Path(names.POD_STATE_DIR)
 NOT_CLAIMED = "not-claimed"
 """Left by an ``assemble`` phase that lost the claim: the backend container starts nothing."""
 PR_SET_DUMPABLE = 4
+EGRESS_DIR, EGRESS_SOCKET = "egress", "proxy.sock"
+"""The backend's egress proxy's socket, in the runner's scratch (bound into the sandbox)."""
+MAX_TRACED_REFUSALS = 20
+"""Refused egress destinations traced per job (the rest are refused silently)."""
 
 
 def layout_of(job: JobFile) -> Layout:
@@ -110,21 +118,51 @@ def backend(job_path: Path) -> int:
             env[entry.name] = os.environ[entry.name]
     register_pod_secrets(MASKER, plan.env, plan.transient_env.names, plan.secrets, env)
     beats, shipper = life.heartbeats(), life.shipper()
+    proxy = None
     try:
-        report = life.run_backend(env, partial(_wrapped, life, env.get("PATH", "")),
+        proxy = start_egress(life) if sandbox_mode() != OFF else None
+        report = life.run_backend(env, partial(_wrapped, life, env.get("PATH", ""), proxy),
                                   forward_term)
     finally:
         beats.stop()
+        if proxy is not None:
+            proxy.close()
     return finish(life, beats, report, shipper)
 
 
-def _wrapped(life: Lifecycle, path: str, command: list[str]) -> tuple[list[str], str]:
+def sandbox_mode() -> str:
+    """``SVC_POD_SANDBOX``: ``bwrap`` (the default) or ``off``."""
+    return os.environ.get("SVC_POD_SANDBOX") or BWRAP
+
+
+def _wrapped(life: Lifecycle, path: str, proxy: EgressProxy | None, command: list[str]
+             ) -> tuple[list[str], str]:
     """The backend command as the pod runs it: its mounted credentials checked, under
     bubblewrap unless ``SVC_POD_SANDBOX=off`` (its program found on the backend's
-    ``path``)."""
+    ``path``), its network the egress ``proxy``'s."""
     check_mounted_secrets(life.job.plan.secrets)
-    mode = os.environ.get("SVC_POD_SANDBOX") or BWRAP
-    return (command if mode == OFF else sandboxed(life.job, life.layout, command, path)), mode
+    if proxy is None:
+        return command, OFF
+    return sandboxed(life.job, life.layout, command, path, proxy.path), BWRAP
+
+
+def start_egress(life: Lifecycle) -> EgressProxy:
+    """The backend's egress proxy (:mod:`runner_assembly.runner.egress`) on a Unix socket in
+    the runner's scratch: the fetch rules with the job's allow-list, never the service's
+    own endpoints (its database, the manager: ``SVC_RUNNER_API_URL``); the first refusals
+    traced (host, port and rule)."""
+    folder = STATE_DIR / EGRESS_DIR
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / EGRESS_SOCKET
+    path.unlink(missing_ok=True)
+    policy = policy_for(life.job.fetch_allow, os.environ.get("SVC_RUNNER_API_URL"))
+    traced = itertools.count()
+
+    def refused(host: str, port: int, reason: str) -> None:
+        if next(traced) < MAX_TRACED_REFUSALS:
+            life.trace("egress-refused", host=host, port=port, reason=reason)
+
+    return EgressProxy(path, policy, refused)
 
 
 def non_dumpable() -> None:
@@ -135,18 +173,20 @@ def non_dumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
-def sandboxed(job: JobFile, layout: Layout, command: list[str], path: str = "") -> list[str]:
+def sandboxed(job: JobFile, layout: Layout, command: list[str], path: str = "",
+              egress: Path | None = None) -> list[str]:
     """The backend command under bubblewrap: home, workspaces, session volume and volume
     credentials, but not the per-job Secret's mount (the runner token, the job file) and
-    not the runner's scratch. No bwrap, no backend: ``infra-failed`` (never unsandboxed);
-    nor when the sandbox does not show the program (found on ``path``)."""
+    not the runner's scratch; with ``egress`` (the proxy's socket), in a network namespace
+    of its own whose way out is that proxy. No bwrap, no backend: ``infra-failed`` (never
+    unsandboxed); nor when the sandbox does not show the program (found on ``path``)."""
     try:
         bwrap = find_bwrap()
     except SandboxUnavailable as error:
         raise AssemblyFailure(FailureKind.INFRA_FAILED, str(error)) from None
     mounts = pod_mounts(job, layout, STATE_DIR)
     check_visible(command, mounts, path)
-    return wrap(bwrap, command, mounts, layout.workspace)
+    return wrap(bwrap, command, mounts, layout.workspace, egress=egress)
 
 
 def forward_term(child: subprocess.Popen[bytes]) -> None:

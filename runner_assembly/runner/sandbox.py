@@ -10,7 +10,8 @@ absent. Paths keep their host names, so the plan's environment stays valid uncha
 local backend runs as :data:`BACKEND_UID` in its own user namespace (the runner's user
 outside) and in its own network namespace connected by pasta
 (:mod:`runner_assembly.runner.netns`): the network, but no loopback service of the host. A
-pod's backend keeps the pod's user (non-root) and network (docs/decisions.md).
+pod's backend keeps the pod's user (non-root) and runs in a network namespace with only a
+loopback, its way out its runner's egress proxy (:mod:`runner_assembly.runner.egress`).
 """
 
 from __future__ import annotations
@@ -218,14 +219,17 @@ def _shown(path: Path, roots: Sequence[Path]) -> bool:
 
 
 def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path, *,
-         network: Network | None = None, own_user: bool = False) -> list[str]:
+         network: Network | None = None, own_user: bool = False,
+         egress: Path | None = None) -> list[str]:
     """``command`` as run under ``bwrap`` with ``mounts``, starting in ``cwd``; with
     ``own_user``, as :data:`BACKEND_UID` in a user namespace of its own; with ``network``,
-    in the network namespace the launcher connects with pasta (without, the network
-    namespace is the runner's)."""
+    in the network namespace the launcher connects with pasta; with ``egress`` (a pod), in
+    a network namespace with only a loopback, its one way out the runner's egress proxy on
+    that Unix socket (:func:`egress_command`); with neither, in the runner's network."""
     user = ["--unshare-user", "--uid", str(BACKEND_UID), "--gid", str(BACKEND_GID)]
     args = [bwrap, "--die-with-parent", "--new-session", *(user if own_user else []),
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            *(["--unshare-net"] if egress else []),
             "--cap-drop", "ALL", *_system_args(), "--tmpfs", "/tmp", "--proc", "/proc",
             "--dev", "/dev"]
     args += _binds("--ro-bind", mounts.read_only)
@@ -233,9 +237,20 @@ def wrap(bwrap: str, command: Sequence[str], mounts: Mounts, cwd: Path, *,
     args += _binds("--ro-bind", mounts.read_only_over)
     for path in mounts.hidden:
         args += ["--tmpfs", str(path)]
-    # bwrap sets PWD; ``env -u`` takes it away again: the environment is exactly the plan's.
-    wrapped = [*args, "--chdir", str(cwd), "--", ENV, "-u", "PWD", *command]
+    relay = egress_command(egress) if egress else []
+    if egress:  # after the hidden paths: the socket may lie in the runner's scratch
+        args += ["--bind", str(egress), str(egress)]
+    # bwrap sets PWD; ``env -u`` takes it away again: the environment is exactly the plan's
+    # (and, behind the egress relay, the proxy variables).
+    wrapped = [*args, "--chdir", str(cwd), "--", *relay, ENV, "-u", "PWD", *command]
     return launcher(network, wrapped) if network else wrapped
+
+
+def egress_command(socket_path: Path) -> list[str]:
+    """The sandbox's egress relay (:mod:`runner_assembly.runner.egress_relay`) in front of
+    a backend command: ``HTTPS_PROXY`` and its kin lead to ``socket_path``."""
+    return [*isolated_python([LAUNCHER_ROOT], "egress_relay"), "--socket", str(socket_path),
+            "--"]
 
 
 def _within(path: Path, roots: Iterable[Path]) -> bool:
