@@ -69,6 +69,8 @@ def codex_settings(tmp_path: Path, model: MockResponses) -> RunnerSettings:
         "SVC_BACKEND_KIND_PROFILE_1": "codex", "SVC_BACKEND_COMMAND_PROFILE_1": str(CODEX),
         # the sandboxed backend reaches the host's loopback only where forwarded: the model
         "SVC_BACKEND_LOOPBACK_PORTS": str(model.server.server_address[1]),
+        # a pod's backend goes out through its runner's egress proxy: the model is allowed
+        "SVC_FETCH_ALLOW_HOSTS": f"127.0.0.1:{model.server.server_address[1]}",
     }).runner(data)
 
 
@@ -149,6 +151,8 @@ async def place_by_path(request: pytest.FixtureRequest, codex_settings: RunnerSe
     settings = ServiceSettings.from_env({
         "SVC_BACKEND_KIND_PROFILE_1": "codex", "SVC_RUNNER_DRIVER": request.param,
         "SVC_BACKEND_LOOPBACK_PORTS": ",".join(map(str, codex_settings.backend_loopback_ports)),
+        "SVC_FETCH_ALLOW_HOSTS": ",".join(
+            f"127.0.0.1:{port}" for port in codex_settings.backend_loopback_ports),
     }).runner(codex_settings.data_dir)
     async with placed(request, settings, tmp_path, {"PATH": path}) as where:
         yield where
