@@ -21,11 +21,14 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/python scripts/compile_cli.py
 	touch $(STAMP)
 
 # checkov pins its own dependency tree, so it gets an environment of its own.
 # --no-compile (here and above): Python compiles what is imported on first use; compiling
 # every installed file up front took half of the install.
+# Only the `svc` program's modules are, by scripts/compile_cli.py: under
+# PYTHONDONTWRITEBYTECODE=1 nothing is cached on first use (every command compiled again).
 $(CHECKOV):
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/pip install --quiet --no-compile 'checkov==3.3.30'

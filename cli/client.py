@@ -1,19 +1,25 @@
 """The CLI's HTTP client for the API (one request per command over :mod:`cli.http1`: no
 heavy imports on the way to the first request), and the shared ``--api`` and ``--token``
 options. The credential sent is ``--token``, else ``SVC_TOKEN``, else the key in
-``${SVC_DATA_DIR:-.svc}/admin.key`` when that file exists (DESIGN 12); it is never printed."""
+``${SVC_DATA_DIR:-.svc}/admin.key`` when that file exists (DESIGN 12); it is never printed.
+
+No cyclopts here (its import is most of a client command's start-up): the options that
+parse ``--api``/``--token`` live in :mod:`cli.options`, importable from here as
+``ApiOptions`` all the same."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 from urllib.parse import urlencode
 
 import msgspec
-from cyclopts import Parameter
 
 from cli import http1
+
+if TYPE_CHECKING:
+    from cli.options import ApiOptions as ApiOptions
 
 DEFAULT_API = "http://127.0.0.1:8080"
 ADMIN_KEY_FILE = "admin.key"
@@ -25,18 +31,14 @@ T = TypeVar("T")
 Param = str | int | bool | None
 
 
-@Parameter(name="*")
 @dataclass
-class ApiOptions:
-    """Where the API is."""
+class Endpoint:
+    """Where the API is and which key to send; the commands' ``--api``/``--token`` options
+    (:class:`cli.options.ApiOptions`, here as ``ApiOptions``) are one."""
 
-    api: Annotated[str, Parameter(env_var="SVC_API_URL",
-                                  help="Base URL of the service API.")] = DEFAULT_API
-    token: Annotated[str | None, Parameter(
-        env_var="SVC_TOKEN", show_default=False,
-        help="API key to send (prefer SVC_TOKEN: a command line is visible to other users); "
-             "default: the key in ${SVC_DATA_DIR:-.svc}/admin.key when it exists.")] = None
-    data_dir: Annotated[str, Parameter(env_var="SVC_DATA_DIR", show=False)] = DEFAULT_DATA_DIR
+    api: str = DEFAULT_API
+    token: str | None = None
+    data_dir: str = DEFAULT_DATA_DIR
 
     def credential(self) -> str | None:
         """The API key to send: ``--token``/``SVC_TOKEN``, else the data directory's
@@ -103,7 +105,7 @@ class ApiUnreachable(Exception):
     """The API did not answer."""
 
 
-def call(options: ApiOptions, method: str, path: str, *, params: dict[str, Param] | None = None,
+def call(options: Endpoint, method: str, path: str, *, params: dict[str, Param] | None = None,
          body: bytes | None = None, headers: dict[str, str] | None = None) -> ApiResponse:
     """Send one request to the API; ``params`` with None values are left out."""
     query = urlencode({k: _query_value(v) for k, v in (params or {}).items() if v is not None})
@@ -141,3 +143,12 @@ def _query_value(value: str | int | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def __getattr__(name: str) -> object:
+    """``ApiOptions``, imported (with cyclopts) only when something asks for it."""
+    if name == "ApiOptions":
+        from cli import options
+
+        return options.ApiOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,6 +2,8 @@
 
 Only the group a command line names is imported (``svc queue list`` never loads the server,
 the database driver or the manifest tools): start-up is most of a client command's time.
+The common reads do not even load cyclopts: :mod:`cli.fast` parses them, and hands anything
+else (help, errors, completion, every other command) to the App built here.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from cyclopts import App, CycloptsError
+from cli import fast
 
-from ledger.version import VERSION
+if TYPE_CHECKING:
+    from cyclopts import App
 
 GROUPS = {
     "serve": ("cli.serve", "serve"),
@@ -34,6 +38,10 @@ EXIT_USAGE = 2
 
 def build(names: list[str] | None = None) -> App:
     """The root App with the named root commands (all of them by default)."""
+    from cyclopts import App
+
+    from ledger.version import VERSION
+
     app = App(
         name="svc",
         help="Task queue and runtime-assembly service for coding-agent execution.\n\n"
@@ -55,15 +63,27 @@ def wanted(argv: list[str]) -> list[str] | None:
 
 def run() -> None:
     """Entry point of the ``svc`` console script."""
+    argv = sys.argv[1:]
     try:
-        result = build(wanted(sys.argv[1:]))(exit_on_error=False)
+        result = fast.attempt(argv)
+        if result is None:
+            result = parsed(argv)
         sys.stdout.flush()
-    except CycloptsError:  # already printed by cyclopts: an unknown command, option or value
-        sys.exit(EXIT_USAGE)
     except BrokenPipeError:  # `svc queue list | head`: the reader left; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    sys.exit(result if isinstance(result, int) else 0)
+    sys.exit(result)
+
+
+def parsed(argv: list[str]) -> int:
+    """Run ``argv`` through cyclopts; its exit status (2 for a line it cannot parse)."""
+    from cyclopts import CycloptsError
+
+    try:
+        result = build(wanted(argv))(argv, exit_on_error=False)
+    except CycloptsError:  # already printed by cyclopts: an unknown command, option or value
+        return EXIT_USAGE
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -13,40 +13,19 @@ import msgspec
 from cyclopts import App, Parameter
 
 from api import wire
-from cli import render
+from cli import reads, render
 from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from cli.reads import EXIT_REFUSED as EXIT_REFUSED
+from cli.reads import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from cli.reads import EXIT_USAGE as EXIT_USAGE
+from cli.reads import respond as respond
+from cli.reads import task_path as _task_path
 from ledger.states import TaskStatus
 
 queue_app = App(name="queue", help="Submit, list, read and cancel queue tasks.")
 
 DryRun = Annotated[bool, Parameter(help="Plan only: answer what would change, change nothing.")]
-EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 T = TypeVar("T")
-
-
-def respond(send: Callable[[], ApiResponse], output: render.OutputOptions,
-            kind: type[T], summary: Callable[[T], None]) -> int:
-    """Send, then print the answer in the requested form (a dry run's plan, or ``summary``
-    of the answer decoded as ``kind``); return the exit status."""
-    try:
-        response = send()
-    except ApiUnreachable as error:
-        render.error("infra-failed", str(error))
-        return EXIT_UNREACHABLE
-    if not response.ok:
-        return render.api_error(response)
-    if output.raw:
-        print(response.text)
-    elif output.full:
-        render.full(response.data)
-    elif isinstance(response.data, dict) and "mutation" in response.data:
-        render.plan(response.decoded(wire.DryRun))
-    else:
-        summary(response.decoded(kind))
-        if response.replayed:
-            render.out("replayed: this idempotency key was used before; this is its original "
-                       "answer, nothing new was created")
-    return 0
 
 
 def read_json_input(json_stdin: bool, json_file: Path | None) -> bytes | None:
@@ -72,12 +51,6 @@ def post_json(path: str, body: bytes, dry_run: bool, api: ApiOptions | None,
     return respond(lambda: call(api or ApiOptions(), "POST", path,
                                 params={"dryRun": dry_run or None}, body=body),
                    output or render.OutputOptions(), kind, summary)
-
-
-def _task_path(task_id: str, action: str = "") -> str:
-    from urllib.parse import quote
-
-    return f"/api/v1/queue/tasks/{quote(task_id, safe='')}" + (f"/{action}" if action else "")
 
 
 @queue_app.command
@@ -231,12 +204,9 @@ def list_tasks(
 
     Example: svc queue list --queue main --state failed
     """
-    params = {"queue": queue, "state": state, "cursor": cursor, "limit": limit,
-              "updatedAfter": updated_after}
-    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/tasks",
-                                params=params),
-                   output or render.OutputOptions(),
-                   wire.TaskList, render.task_list)
+    return reads.list_tasks(api or ApiOptions(), output or render.OutputOptions(),
+                            queue=queue, state=state, cursor=cursor, limit=limit,
+                            updated_after=updated_after)
 
 
 @queue_app.command
@@ -259,13 +229,7 @@ def show(task_id: str, *, watch: Annotated[bool, Parameter(
         from cli.follow import Task, follow
 
         return follow(options, Task(options, _task_path(task_id), shown))
-    status = respond(lambda: call(options, "GET", _task_path(task_id)), shown,
-                     wire.TaskDetail, render.task_summary)
-    if status != 0 or not shown.full:
-        return status
-    return respond(lambda: call(options, "GET", _task_path(task_id, "attempts"),
-                                params={"limit": 500}),
-                   render.OutputOptions(), wire.AttemptList, render.judge_runs_full)
+    return reads.show_task(options, shown, task_id)
 
 
 @queue_app.command
@@ -275,10 +239,8 @@ def stats(*, queue: Annotated[str | None, Parameter(help="Queue name, or name/la
 
     Example: svc queue stats --queue main
     """
-    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/stats",
-                                params={"queue": queue}),
-                   output or render.OutputOptions(),
-                   wire.QueueStats, render.stats)
+    return reads.queue_stats(api or ApiOptions(), output or render.OutputOptions(),
+                             queue=queue)
 
 
 @queue_app.command
@@ -292,11 +254,8 @@ def commander(
 
     Example: svc queue commander --queue main --reader-id me
     """
-    params = {"queue": queue, "readerId": reader_id, "limit": limit}
-    return respond(lambda: call(api or ApiOptions(), "GET", "/api/v1/queue/commander",
-                                params=params),
-                   output or render.OutputOptions(),
-                   wire.CommanderView, render.commander)
+    return reads.commander(api or ApiOptions(), output or render.OutputOptions(),
+                           queue=queue, reader_id=reader_id, limit=limit)
 
 
 @queue_app.command
@@ -384,10 +343,8 @@ def attempts(
 
     Example: svc queue attempts tsk_… --raw
     """
-    return respond(lambda: call(api or ApiOptions(), "GET", _task_path(task_id, "attempts"),
-                                params={"cursor": cursor, "limit": limit}),
-                   output or render.OutputOptions(),
-                   wire.AttemptList, render.attempt_list)
+    return reads.attempts(api or ApiOptions(), output or render.OutputOptions(), task_id,
+                          cursor=cursor, limit=limit)
 
 
 @queue_app.command

@@ -6,33 +6,47 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
-from cyclopts import Parameter
 
 from api import wire
 from cli.client import ApiResponse
 from ledger.redaction import redact, redact_text
 from projections.rows import JsonObject
 
-
-@Parameter(name="*")
-@dataclass
-class RawOption:
-    """Print JSON instead of text: the one ``--raw`` of every command that prints."""
-
-    raw: Annotated[bool, Parameter(
-        help="Print JSON: the API's answer unchanged (a command that prints several "
-             "things: one JSON object a line).")] = False
+if TYPE_CHECKING:
+    from cli.options import OutputOptions as OutputOptions
+    from cli.options import RawOption as RawOption
 
 
-@Parameter(name="*")
-@dataclass
-class OutputOptions(RawOption):
-    """How much to print."""
+class Printing(Protocol):
+    """What a command was asked to print: ``--raw`` JSON, ``--full`` every field, else the
+    summary (:class:`cli.options.OutputOptions` as parsed, or :class:`Output`)."""
 
-    full: Annotated[bool, Parameter(help="Show every field, human-readably.")] = False
+    @property
+    def raw(self) -> bool: ...
+
+    @property
+    def full(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Output:
+    """A :class:`Printing` without cyclopts (the fast path's: :mod:`cli.fast`)."""
+
+    raw: bool = False
+    full: bool = False
+
+
+def __getattr__(name: str) -> object:
+    """``RawOption`` and ``OutputOptions``, the shared ``--raw``/``--full`` options, live in
+    :mod:`cli.options` (cyclopts is imported only when something asks for them)."""
+    if name in ("RawOption", "OutputOptions"):
+        from cli import options
+
+        return getattr(options, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def json_line(value: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -17,9 +17,10 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ledger.errors import DomainError, InvalidRequest
 from ledger.states import FailureKind
-from runner_assembly.assembly import fetch_policy
 from runner_assembly.assembly.names import SESSION_ENV, STATIC_ENV
-from runner_assembly.contract.jobfile import FetchAllow
+
+if TYPE_CHECKING:  # imported when a URL is checked: the CLI reads the wire types without them
+    from runner_assembly.contract.jobfile import FetchAllow
 
 FullCommit = Annotated[str, Meta(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 K8sName = Annotated[str, Meta(min_length=1, max_length=253,
@@ -323,6 +324,9 @@ def check_repo_url(value: str, field: str, allow: FetchAllow | None = None) -> N
 
     The message never repeats the URL, which may hold a password.
     """
+    from runner_assembly.assembly import fetch_policy
+    from runner_assembly.contract.jobfile import FetchAllow
+
     _check_repo_syntax(value, field)
     refusal = fetch_policy.lexical(value, allow or FetchAllow())
     if refusal is not None:

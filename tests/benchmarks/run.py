@@ -172,7 +172,7 @@ class Bench:
 
     def list_figures(self) -> None:
         """A 50-row page over HTTP against pgbench's 50-row SELECT from a table of the task
-        summary's width (a copy of it), the other reads' rates, and ``svc queue list``."""
+        summary's width (a copy of it), and the other reads' rates."""
         url = self.database("bench_list")
         tasks = 2_000 if self.quick else 10_000
         asyncio.run(load(url, tasks=tasks, reads=tasks // 2, cancels=tasks // 4, seed=tasks))
@@ -196,8 +196,6 @@ class Bench:
                     if (name, clients) == ("list50", 16):
                         cpu = tools.group_cpu_seconds(self.server_group) - cpu
                         list_cpu_ms = cpu * 1000 / (rates[(name, clients)] * self.seconds)
-            walls, cpus = tools.cli_runs(["queue", "list", "--api", base],
-                                         5 if self.quick else 11)
         self.report("list50_vs_select_16", rates[("list50", 16)] / select16)
         self.report("list50_vs_select_1", rates[("list50", 1)] / select1)
         self.report("http_list50_rps_16", rates[("list50", 16)])
@@ -207,8 +205,32 @@ class Bench:
         self.report("http_list50_server_cpu_ms_per_req", list_cpu_ms)
         for name in ("show", "stats", "commander", "health"):
             self.report(f"http_{name}_rps_16", rates[(name, 16)])
-        self.report("cli_list_s_median", statistics.median(walls))
-        self.report("cli_list_cpu_s_median", statistics.median(cpus))
+
+    def cli_figures(self) -> None:
+        """``svc queue list`` (a page of 50) against a running server, next to what it is
+        made of, measured in turn with it: the interpreter's start (``python -c pass``)
+        and the same request with ``curl``; the bytecode compiled first, as an install
+        has it (``scripts/compile_cli.py``)."""
+        url = self.database("bench_cli")
+        asyncio.run(load(url, tasks=100, reads=50, cancels=25, seed=100))
+        subprocess.run([sys.executable, str(Path(__file__).parents[2] / "scripts" /
+                                            "compile_cli.py")], check=True,
+                       stdout=subprocess.DEVNULL)
+        with self.api(url) as base:
+            header = "".join(f"{k}: {v}" for k, v in tools.auth_headers().items())
+            runs = tools.paired_runs({
+                "cli": [str(Path(sys.executable).with_name("svc")), "queue", "list",
+                        "--api", base],
+                "python": [sys.executable, "-c", "pass"],
+                "curl": ["curl", "-sSf", "-H", header, f"{base}/api/v1/queue/tasks"]},
+                7 if self.quick else 21)
+        wall = {name: statistics.median(walls) for name, (walls, _) in runs.items()}
+        self.report("cli_list_vs_python_start", wall["cli"] / wall["python"])
+        self.report("cli_list_vs_curl", wall["cli"] / wall["curl"])
+        self.report("cli_list_s_median", wall["cli"])
+        self.report("cli_list_cpu_s_median", statistics.median(runs["cli"][1]))
+        self.report("python_start_s_median", wall["python"])
+        self.report("curl_list_s_median", wall["curl"])
 
     def workers_figures(self) -> None:
         """Submit with ``svc serve --workers 2`` against ``--workers 1`` (16 clients), with
@@ -451,7 +473,7 @@ async def _analyze(url: str) -> None:
 BATCH_SIZE = 100
 """Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
 PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health",
-         "fleet"]
+         "fleet", "cli"]
 """Every part of a run, in order (the ratios of issue 16 first)."""
 
 

@@ -83,17 +83,27 @@ def cli_runs(args: list[str], runs: int) -> tuple[list[float], list[float]]:
     """(wall seconds, CPU seconds) of each of ``runs`` runs of ``svc args`` (after one
     unmeasured run that warms the file cache); a failing run is an error."""
     svc = str(Path(sys.executable).with_name("svc"))
-    walls, cpus = [], []
+    return paired_runs({"svc": [svc, *args]}, runs)["svc"]
+
+
+def paired_runs(commands: dict[str, list[str]],
+                runs: int) -> dict[str, tuple[list[float], list[float]]]:
+    """(wall seconds, CPU seconds) of each of ``runs`` runs of every command, taken in turn
+    (A B C A B C ...: a drift of the machine's speed reaches them all alike), after one
+    unmeasured round that warms the file cache; a failing run is an error."""
+    figures: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in commands}
     for index in range(runs + 1):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        subprocess.run([svc, *args], stdout=subprocess.DEVNULL, check=True, timeout=60)
-        wall = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if index:
-            walls.append(wall)
-            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return walls, cpus
+        for name, command in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            subprocess.run(command, stdout=subprocess.DEVNULL, check=True, timeout=60)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if index:
+                figures[name][0].append(wall)
+                figures[name][1].append(after.ru_utime - before.ru_utime
+                                        + after.ru_stime - before.ru_stime)
+    return figures
 
 
 def group_cpu_seconds(pgid: int) -> float:
