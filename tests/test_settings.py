@@ -31,6 +31,7 @@ ENVIRONMENT_READERS = {
     "api/settings.py",  # the one read of the server's settings
     "api/worker.py",  # UV_TCP_SINGLE_ACCEPT, libuv's own switch
     "ledger/database.py",  # XDG_RUNTIME_DIR, for the embedded Postgres
+    "cli/fast.py",  # the CLI's own SVC_URL/SVC_TOKEN, read as cyclopts' env= reads them
 }
 """The only server modules that touch ``os.environ``; the runner inside a job
 (``runner_assembly/runner/``) reads the variables its driver set, as the table declares."""
