@@ -74,6 +74,13 @@ def _replayed(replayed: bool) -> dict[str, str]:
     return {REPLAYED_HEADER: "true"} if replayed else {}
 
 
+def _found(stored: dict[str, tuple[Any, Any]], task_id: str) -> tuple[Any, Any]:
+    """A task read by :func:`queries.get_tasks`, or ``not-found``."""
+    if task_id not in stored:
+        raise NotFound(f"task {task_id} not found", taskId=task_id)
+    return stored[task_id]
+
+
 @dataclass(eq=False)
 class QueueApi:
     """Tasks, attempts and runner jobs, as the queue and runs routes answer them."""
@@ -138,12 +145,16 @@ class QueueApi:
         earlier submit. A refusal names its item (``details.index``); nothing is stored."""
         commands = self._batch_commands(scope, tasks)
         outcomes = await self.queue.writer.execute_all(commands, ACTOR, atomic=True)
-        details: list[wire.TaskDetail] = []
-        for command, outcome in zip(commands, outcomes, strict=True):
-            row = committed_task(command.task_id, outcome.entries)
-            details.append(
-                await self.task_detail(command.task_id) if row is None  # replayed
-                else views.task_detail(row, command.contract, self.settings.timeout_budgets))
+        rows = [committed_task(c.task_id, o.entries) for c, o in zip(commands, outcomes,
+                                                                     strict=True)]
+        # The replayed items' original tasks, as stored: read in one query, not one each.
+        stored = await queries.get_tasks(self.pool, [command.task_id for command, row
+                                                     in zip(commands, rows, strict=True)
+                                                     if row is None])
+        budgets = self.settings.timeout_budgets
+        details = [views.task_detail(row, command.contract, budgets) if row is not None
+                   else views.task_detail(*_found(stored, command.task_id), budgets)
+                   for command, row in zip(commands, rows, strict=True)]
         created = any(outcome.entries for outcome in outcomes)
         return encoded(wire.BatchSubmitResult(details),
                        HTTP_201_CREATED if created else HTTP_200_OK)

@@ -89,12 +89,6 @@ class _Together:
 
     commands: tuple[Command, ...]
 
-    @property
-    def creates_stream(self) -> bool:
-        """Whether every command creates its stream (the batch may be numbered by
-        Postgres)."""
-        return all(getattr(command, "creates_stream", False) for command in self.commands)
-
 
 Result = Outcome | list[Outcome] | Exception
 """What one queued item got: its outcome, the outcomes of a :class:`_Together`, or why not."""
@@ -272,9 +266,12 @@ class LedgerWriter:
         return result
 
     async def _run(self) -> None:
-        """Take what is queued as a batch and commit it. Batches of fresh tasks, which
-        Postgres numbers where the head is, overlap (up to :data:`PIPELINED`): the next one
-        waits at the head row inside Postgres, not for this process to come round. Any
+        """Take what is queued as a batch and commit it. Batches of fresh tasks and keyed
+        submits (:func:`_may_create`), which Postgres numbers where the head is, overlap (up
+        to :data:`PIPELINED`): the next one is decided while the one ahead commits, and
+        waits at the head row inside Postgres, not for this process to come round (a
+        guessed stream that a batch ahead stores makes the unique stream version refuse
+        the later statement whole, which is then decided again from stored rows). Any
         other batch waits until every earlier one has ended, and runs alone. While one is
         committing, the next gathers for up to half a usual commit (:data:`GATHER_SHARE`):
         sent at once it would hold the head row for a whole commit with one command."""
@@ -293,8 +290,7 @@ class LedgerWriter:
                 while size < self._max_batch and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
                     size += len(batch[-1].commands())
-                overlaps = all(item.after is None
-                               and getattr(item.command, "creates_stream", False)
+                overlaps = all(item.after is None and all(map(_may_create, item.commands()))
                                for item in batch)
                 while in_flight and (not overlaps or len(in_flight) >= PIPELINED):
                     await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)

@@ -24,7 +24,14 @@ from api.app import relay_writer
 from ledger import intake
 from ledger.database import create_pool
 from ledger.errors import CommitUnknown, DomainError, LedgerUnavailable, NotFound, Refused
-from ledger.relay import RelayAddress, RelayedWriter, RelayHost, _error_payload, _rebuilt
+from ledger.relay import (
+    OWN_GROUP_FROM,
+    RelayAddress,
+    RelayedWriter,
+    RelayHost,
+    _error_payload,
+    _rebuilt,
+)
 from ledger.states import TaskStatus
 from ledger.streams import RecordedEntry
 from ledger.task import CancelTask, SubmitTask
@@ -127,6 +134,24 @@ async def test_a_lone_command_is_written_by_the_worker_and_a_crowd_by_the_host(
     finally:
         await conn.close()
     assert {outcome.stream_id for outcome in [lone, *crowd]} <= stored
+
+
+async def test_a_large_atomic_group_is_written_by_the_worker_and_a_small_one_by_the_host(
+        host: RelayHost, worker_of: MakeWorker, database_url: str) -> None:
+    worker = await worker_of(host.address)
+    large = await worker.writer.execute_all([_submit() for _ in range(OWN_GROUP_FROM)],
+                                            "test", atomic=True)
+    assert worker.wrote_itself()  # a batch submit: no hop, nothing pickled
+    worker.sent.clear()
+    small = await worker.writer.execute_all([_submit(), _submit()], "test", atomic=True)
+    assert not worker.wrote_itself()
+    conn = await asyncpg.connect(database_url)
+    try:
+        stored = {row["stream_id"]: row["change_seq"]
+                  for row in await conn.fetch("SELECT stream_id, change_seq FROM ledger")}
+    finally:
+        await conn.close()
+    assert {o.stream_id: o.change_seq for o in [*large, *small]} == stored
 
 
 async def test_a_refusal_comes_back_as_the_same_error(host: RelayHost, worker_of: MakeWorker,

@@ -29,6 +29,13 @@ SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, back
        c.contract::text AS contract
 FROM task_summary JOIN task_contract c USING (task_id) WHERE task_id = $1
 
+-- name: get_tasks
+SELECT task_id, tenant_id, project_id, queue, lane, title, priority, state, backend_profile,
+       summary, version, change_seq, payload_hash, latest_attempt::text AS latest_attempt,
+       creator, created_at, updated_at, attempt_count, last_duration_ms, latest_started_at,
+       c.contract::text AS contract
+FROM task_summary JOIN task_contract c USING (task_id) WHERE task_id = ANY($1::text[])
+
 -- name: high_water
 SELECT last_seq FROM ledger_head WHERE id = 1
 

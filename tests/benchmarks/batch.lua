@@ -21,6 +21,9 @@ function request()
       counter = counter + 1
       parts[i] = '{"idempotencyKey":"' .. prefix .. counter .. '","task":' .. task .. '}'
    end
-   return wrk.format("POST", nil, {["Content-Type"] = "application/json"},
-                     '{"items":[' .. table.concat(parts, ",") .. ']}')
+   -- wrk.headers carries the -H options (the admin key); a table given to wrk.format
+   -- replaces them, so they are copied into it
+   local headers = {["Content-Type"] = "application/json"}
+   for name, value in pairs(wrk.headers) do headers[name] = value end
+   return wrk.format("POST", nil, headers, '{"items":[' .. table.concat(parts, ",") .. ']}')
 end
