@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -23,6 +23,7 @@ from litestar.routes import HTTPRoute
 from litestar.status_codes import HTTP_200_OK
 
 from api.access import is_open, runner_access
+from api.answer_examples import attach
 from api.answer_shapes import DESCRIPTIONS, TYPED
 from api.error_examples import examples_for
 from api.errors import ERROR_CODES, error_description
@@ -77,13 +78,17 @@ class Body:
     example: JSONValue
     description: str = ""
     empty_object: bool = False
+    documented: Callable[[Litestar], JSONObject] | None = None
+    """For a body of any JSON: the JSON Schema (with its ``$defs``) of the document the
+    route looks for, shown as the first choice of the body."""
 
 
 def body(kind: type, example: JSONValue, *, required: bool = True, description: str = "",
-         empty_object: bool = False) -> dict[str, object]:
+         empty_object: bool = False,
+         documented: Callable[[Litestar], JSONObject] | None = None) -> dict[str, object]:
     """``opt`` of a route that reads a JSON body of ``kind`` (or, with ``empty_object``,
-    ``{}``)."""
-    return {BODY_KEY: Body(kind, required, example, description, empty_object)}
+    ``{}``; with ``documented``, any JSON, the schema of what it looks for shown)."""
+    return {BODY_KEY: Body(kind, required, example, description, empty_object, documented)}
 
 
 def command(path: str, kind: type[object], example: JSONValue,
@@ -123,11 +128,12 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
             for method in handler.http_methods:
                 operation = item.get(method.lower())
                 if isinstance(operation, dict):
-                    _complete_operation(operation, handler.opt, schemas)
+                    _complete_operation(operation, handler.opt, schemas, app)
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
                     _locate(operation, handler)
                     _error_examples(operation)
+                    attach(_member(operation, "responses"))
     _unique_ids(paths)
     _error_codes(schemas)
     _typed_answers(schemas)
@@ -239,11 +245,12 @@ def _tagged_dry_run(schemas: JSONObject) -> None:
         dry["additionalProperties"] = False
 
 
-def _register(schemas: JSONObject, components: Mapping[str, JSONValue]) -> None:
-    """Add msgspec's ``components`` to the document's, strings without NUL (a body's rule);
-    refuse a second, different schema under a name already taken."""
+def _register(schemas: JSONObject, components: Mapping[str, JSONValue], *,
+              text_rules: bool = True) -> None:
+    """Add ``components`` to the document's, strings without NUL (a body's rule) unless
+    ``text_rules`` is off; refuse a second, different schema under a name already taken."""
     for name, component in components.items():
-        component = _text_rules(component)
+        component = _text_rules(component) if text_rules else component
         if schemas.get(name, component) != component:
             raise ValueError(f"two different OpenAPI schemas are named {name}")
         schemas[name] = component
@@ -258,10 +265,10 @@ def _member(parent: JSONObject, key: str) -> JSONObject:
 
 
 def _complete_operation(operation: JSONObject, opt: Mapping[str, object],
-                        schemas: JSONObject) -> None:
+                        schemas: JSONObject, app: Litestar) -> None:
     spec = opt.get(BODY_KEY)
     if isinstance(spec, Body):
-        operation["requestBody"] = _request_body(spec, schemas)
+        operation["requestBody"] = _request_body(spec, schemas, app)
     ok = opt.get(OK_KEY)
     responses = _member(operation, "responses")
     created = responses.get("201")
@@ -269,10 +276,12 @@ def _complete_operation(operation: JSONObject, opt: Mapping[str, object],
         responses["200"] = {**copy.deepcopy(created), "description": ok}
 
 
-def _request_body(spec: Body, schemas: JSONObject) -> JSONObject:
+def _request_body(spec: Body, schemas: JSONObject, app: Litestar) -> JSONObject:
     schemas.update(FREE_FORM)
     if spec.kind is ANY_JSON:
         schema: JSONObject = {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}
+        if spec.documented is not None:
+            schema = {"anyOf": [_json_schema(spec.documented(app), schemas), schema]}
     else:
         (schema,), components = msgspec.json.schema_components(
             [spec.kind], ref_template=REF_TEMPLATE)
@@ -286,6 +295,16 @@ def _request_body(spec: Body, schemas: JSONObject) -> JSONObject:
     elif not spec.required:
         answer["description"] = "May be empty: every field is optional."
     return answer
+
+
+def _json_schema(schema: JSONObject, schemas: JSONObject) -> JSONObject:
+    """A reference to the root of a JSON Schema document (``{"$ref": "#/$defs/Root"}``), its
+    ``$defs`` added to the document's components."""
+    text = msgspec.json.encode(schema).decode().replace('"#/$defs/', f'"{REF_TEMPLATE[:-6]}')
+    moved: JSONObject = msgspec.json.decode(text)
+    defs = moved.get("$defs")
+    _register(schemas, defs if isinstance(defs, dict) else {}, text_rules=False)
+    return {"$ref": str(moved["$ref"])}
 
 
 def _text_rules(node: JSONValue) -> JSONValue:
