@@ -8,6 +8,10 @@ CHECKOV := .venv-checkov/bin/checkov
 # The real Codex CLI the `codex` backend kind's tests run (tests/test_codex_backend.py).
 CODEX_VERSION := 0.169.0
 CODEX_STAMP := .tools/codex/.installed-$(CODEX_VERSION)
+# The TypeScript client generator and compiler of tests/test_openapi_typescript_client.py.
+OPENAPI_TS_VERSION := 0.85.0
+TYPESCRIPT_VERSION := 5.9.3
+OPENAPI_TS_STAMP := .tools/openapi-ts/.installed-$(OPENAPI_TS_VERSION)-$(TYPESCRIPT_VERSION)
 
 # Test processes per pass (pytest-xdist workers); `make test TEST_WORKERS=1` runs one.
 TEST_WORKERS ?= 2
@@ -58,6 +62,7 @@ test: test-setup
 test-setup:
 	@$(MAKE) --no-print-directory -j3 $(STAMP) $(CHECKOV) debs
 	@$(MAKE) --no-print-directory codex
+	@$(MAKE) --no-print-directory openapi-ts
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -96,6 +101,17 @@ $(CODEX_STAMP):
 	touch $(CODEX_STAMP)
 
 codex: $(CODEX_STAMP)
+
+# @hey-api/openapi-ts and typescript at pinned versions from npm, in the project.
+$(OPENAPI_TS_STAMP):
+	@bash scripts/ensure-debs.sh node
+	rm -rf .tools/openapi-ts
+	npm install --prefix .tools/openapi-ts --no-audit --no-fund --no-save \
+		'@hey-api/openapi-ts@$(OPENAPI_TS_VERSION)' 'typescript@$(TYPESCRIPT_VERSION)'
+	touch $(OPENAPI_TS_STAMP)
+
+.PHONY: openapi-ts
+openapi-ts: $(OPENAPI_TS_STAMP)
 
 clean:
 	rm -rf $(VENV) .venv-checkov .tools .svc .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -95,7 +95,9 @@ def convert(value: object, kind: type[T]) -> T:
 
 
 MAX_INTEGRAL_FIXES = 64
-_FLOAT_FOR_INT = re.compile(r"^Expected `int`, got `float` - at `\$((?:\.\w+|\[\d+\])*)`$")
+_FLOAT_FOR_INT = re.compile(
+    r"^Expected `int(?: \| null)?`, got `float` - at `\$((?:\.\w+|\[\d+\])*)`$")
+"""msgspec's refusal of a float where an integer (or an optional one) goes."""
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 

@@ -107,9 +107,32 @@ def page() -> str:
 """
 
 
+DESCRIPTION = """\
+svc queues coding-agent tasks and assembles the runtime each attempt runs in.
+
+**Flow.** Submit a task (`submitTask`, 201 with `Location`), dispatch it (`dispatchTask`),
+follow it with `refreshTask` or `showTask` until it leaves `running`, read its attempts
+(`listAttempts`) and its session's output (`sessionOutput`), record a judge's verdict
+(`judgeAttempt`), retry a failed or blocked task under a new idempotency key (`retryTask`),
+and watch the queue (`queueStats`, `commanderView`).
+
+**Credentials.** Every operation but health takes `Authorization: Bearer <API key>`; the
+runner protocol (`/api/v1/runner/…`) takes the runner job's own token.
+
+**Dry runs.** Every mutation takes `?dryRun=true` and then answers 200 with a `DryRun`
+(`mutation` is false, `plan` says what would change) and changes nothing.
+
+**Errors.** Every failure answers `{"error": {"code", "message", "details"}}`; `code` is
+stable kebab-case and the status follows from it. Strings never hold NUL characters.
+
+**Polling.** Lists carry `changeSeq`: pass it back as `updatedAfter` (tasks) or the last
+`seq` as `afterSeq` (session lines) to read only what changed.
+"""
+
+
 def openapi_config() -> OpenAPIConfig:
     """The document at ``/api/v1/schema/openapi.json``; the docs page at ``/api/v1/schema``
     (and ``/api/v1/schema/swagger``)."""
-    return OpenAPIConfig(title="svc", version=VERSION, path=SCHEMA_PATH,
+    return OpenAPIConfig(title="svc", version=VERSION, path=SCHEMA_PATH, description=DESCRIPTION,
                          operation_id_creator=operation_id,
                          render_plugins=[LocalSwaggerUI(), CompletedJson()])

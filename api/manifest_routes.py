@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import msgspec
-from litestar import post
+from litestar import Litestar, post
 from litestar.status_codes import HTTP_200_OK
 
 from api import examples
@@ -12,7 +12,15 @@ from api.body import read_body
 from api.errors import WRITE_ERRORS
 from api.openapi import ANY_JSON, body
 from api.params import HttpRequest
+from ledger.jsonvalue import JSONObject
+from manifests.schema import generate
 from manifests.validate import violations
+
+
+def published_schema(app: Litestar) -> JSONObject:
+    """The manifest's JSON Schema with this server's endpoint (``SVC_DEPLOY_ENDPOINT``)."""
+    schema: JSONObject = msgspec.to_builtins(generate(app.state.deploy_endpoint))
+    return schema
 
 
 class ManifestViolation(msgspec.Struct):
@@ -33,7 +41,9 @@ class ManifestReport(msgspec.Struct):
       responses=WRITE_ERRORS, opt=body(
           ANY_JSON, examples.MANIFEST,
           description="Any JSON value; a deployment manifest (SPEC 2.12) is valid when it "
-                      "matches manifests/deployment-manifest.schema.json.") | role("reader"))
+                      "matches manifests/deployment-manifest.schema.json (shown here with "
+                      "this server's endpoint).",
+          documented=published_schema) | role("reader"))
 async def validate_manifest(request: HttpRequest) -> ManifestReport:
     """Validate the manifest in the body; a malformed body is ``invalid-request``."""
     document = await read_body(request, object)

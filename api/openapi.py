@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -23,6 +23,8 @@ from litestar.routes import HTTPRoute
 from litestar.status_codes import HTTP_200_OK
 
 from api.access import is_open, runner_access
+from api.answer_examples import attach
+from api.answer_shapes import DESCRIPTIONS, TYPED
 from api.error_examples import examples_for
 from api.errors import ERROR_CODES, error_description
 from api.location import Located
@@ -34,16 +36,18 @@ NO_NUL = "^[^\\u0000]*$"
 JSON_VALUE = "JsonValue"
 JSON_OBJECT = "JsonObject"
 FREE_FORM: dict[str, JSONObject] = {
-    JSON_VALUE: {"description": "Any JSON value without NUL characters in its strings.",
-                 "anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
-                           {"type": "string", "pattern": NO_NUL},
-                           {"type": "array", "items": {"$ref": REF_TEMPLATE.format(
-                               name=JSON_VALUE)}},
-                           {"$ref": REF_TEMPLATE.format(name=JSON_OBJECT)}]},
+    JSON_VALUE: {"description": "Any JSON value without NUL characters in its strings and keys.",
+                 "pattern": NO_NUL, "items": {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)},
+                 "propertyNames": {"pattern": NO_NUL},
+                 "additionalProperties": {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}},
     JSON_OBJECT: {"description": "A JSON object without NUL characters in its keys and strings.",
                   "type": "object", "propertyNames": {"pattern": NO_NUL},
                   "additionalProperties": {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}},
 }
+"""Free-form JSON. ``JsonValue`` names no ``type``: each keyword applies to the values of its
+own kind (``pattern`` to strings, ``items`` to arrays, ``propertyNames`` and
+``additionalProperties`` to objects), so it states the NUL rule at every depth without a
+self-referencing union, which client generators cannot build (they read it as any value)."""
 SECURITY_SCHEMES: JSONObject = {
     "apiKey": {"type": "http", "scheme": "bearer",
                "description": "An API key (svck_…), sent as Authorization: Bearer <key>. The "
@@ -74,13 +78,17 @@ class Body:
     example: JSONValue
     description: str = ""
     empty_object: bool = False
+    documented: Callable[[Litestar], JSONObject] | None = None
+    """For a body of any JSON: the JSON Schema (with its ``$defs``) of the document the
+    route looks for, shown as the first choice of the body."""
 
 
 def body(kind: type, example: JSONValue, *, required: bool = True, description: str = "",
-         empty_object: bool = False) -> dict[str, object]:
+         empty_object: bool = False,
+         documented: Callable[[Litestar], JSONObject] | None = None) -> dict[str, object]:
     """``opt`` of a route that reads a JSON body of ``kind`` (or, with ``empty_object``,
-    ``{}``)."""
-    return {BODY_KEY: Body(kind, required, example, description, empty_object)}
+    ``{}``; with ``documented``, any JSON, the schema of what it looks for shown)."""
+    return {BODY_KEY: Body(kind, required, example, description, empty_object, documented)}
 
 
 def command(path: str, kind: type[object], example: JSONValue,
@@ -120,13 +128,16 @@ def complete(app: Litestar, document: JSONObject) -> JSONObject:
             for method in handler.http_methods:
                 operation = item.get(method.lower())
                 if isinstance(operation, dict):
-                    _complete_operation(operation, handler.opt, schemas)
+                    _complete_operation(operation, handler.opt, schemas, app)
                     _exact_bounds(operation, handler)
                     _secure(operation, handler)
                     _locate(operation, handler)
                     _error_examples(operation)
+                    attach(_member(operation, "responses"))
     _unique_ids(paths)
     _error_codes(schemas)
+    _typed_answers(schemas)
+    _tagged_dry_run(schemas)
     done["paths"] = {document_path(path): _camel_parameters(item)
                      for path, item in paths.items()}
     return done
@@ -198,6 +209,53 @@ def _error_examples(operation: JSONObject) -> None:
             media["examples"] = dict[str, JSONValue](examples_for(int(status)))
 
 
+def _typed_answers(schemas: JSONObject) -> None:
+    """Each nested object an answer carries as plain JSON, documented with its shape
+    (``api.answer_shapes``), null where it may be null."""
+    schemas.update(FREE_FORM)
+    for (name, field), kind in TYPED.items():
+        answer = schemas.get(name)
+        properties = answer.get("properties") if isinstance(answer, dict) else None
+        if not isinstance(properties, dict) or field not in properties:
+            raise ValueError(f"OpenAPI schema {name} has no property {field}")
+        if isinstance(kind, str):
+            shape: JSONObject = {"$ref": REF_TEMPLATE.format(name=kind)}
+        else:
+            (shape,), components = msgspec.json.schema_components(
+                [kind], ref_template=REF_TEMPLATE)
+            _register(schemas, components)
+        described = DESCRIPTIONS.get((name, field))
+        if described:
+            shape = ({"allOf": [shape], "description": described} if "$ref" in shape
+                     else {**shape, "description": described})
+        nullable = "null" in str(_member(properties, field).get("oneOf", ""))
+        properties[field] = {"oneOf": [shape, {"type": "null"}]} if nullable else shape
+
+
+def _tagged_dry_run(schemas: JSONObject) -> None:
+    """A dry run's answer is told apart by its ``mutation`` member, always false, which no
+    other answer has: a generator trying the answers of a union finds the one it is."""
+    dry = schemas.get("DryRun")
+    properties = dry.get("properties") if isinstance(dry, dict) else None
+    if isinstance(dry, dict) and isinstance(properties, dict):
+        properties["mutation"] = {
+            "type": "boolean", "const": False,
+            "description": "Always false: the answer of a call with dryRun=true, which "
+                           "changed nothing. No other answer has this member."}
+        dry["additionalProperties"] = False
+
+
+def _register(schemas: JSONObject, components: Mapping[str, JSONValue], *,
+              text_rules: bool = True) -> None:
+    """Add ``components`` to the document's, strings without NUL (a body's rule) unless
+    ``text_rules`` is off; refuse a second, different schema under a name already taken."""
+    for name, component in components.items():
+        component = _text_rules(component) if text_rules else component
+        if schemas.get(name, component) != component:
+            raise ValueError(f"two different OpenAPI schemas are named {name}")
+        schemas[name] = component
+
+
 def _member(parent: JSONObject, key: str) -> JSONObject:
     """The object ``parent[key]``, added empty when absent."""
     child = parent.setdefault(key, {})
@@ -207,10 +265,10 @@ def _member(parent: JSONObject, key: str) -> JSONObject:
 
 
 def _complete_operation(operation: JSONObject, opt: Mapping[str, object],
-                        schemas: JSONObject) -> None:
+                        schemas: JSONObject, app: Litestar) -> None:
     spec = opt.get(BODY_KEY)
     if isinstance(spec, Body):
-        operation["requestBody"] = _request_body(spec, schemas)
+        operation["requestBody"] = _request_body(spec, schemas, app)
     ok = opt.get(OK_KEY)
     responses = _member(operation, "responses")
     created = responses.get("201")
@@ -218,18 +276,16 @@ def _complete_operation(operation: JSONObject, opt: Mapping[str, object],
         responses["200"] = {**copy.deepcopy(created), "description": ok}
 
 
-def _request_body(spec: Body, schemas: JSONObject) -> JSONObject:
+def _request_body(spec: Body, schemas: JSONObject, app: Litestar) -> JSONObject:
     schemas.update(FREE_FORM)
     if spec.kind is ANY_JSON:
         schema: JSONObject = {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}
+        if spec.documented is not None:
+            schema = {"anyOf": [_json_schema(spec.documented(app), schemas), schema]}
     else:
         (schema,), components = msgspec.json.schema_components(
             [spec.kind], ref_template=REF_TEMPLATE)
-        for name, component in components.items():
-            component = _text_rules(component)
-            if schemas.get(name, component) != component:
-                raise ValueError(f"two different OpenAPI schemas are named {name}")
-            schemas[name] = component
+        _register(schemas, components)
     if spec.empty_object:
         schema = {"anyOf": [schema, {"type": "object", "maxProperties": 0}]}
     media: JSONObject = {"schema": schema, "example": spec.example}
@@ -241,9 +297,19 @@ def _request_body(spec: Body, schemas: JSONObject) -> JSONObject:
     return answer
 
 
+def _json_schema(schema: JSONObject, schemas: JSONObject) -> JSONObject:
+    """A reference to the root of a JSON Schema document (``{"$ref": "#/$defs/Root"}``), its
+    ``$defs`` added to the document's components."""
+    text = msgspec.json.encode(schema).decode().replace('"#/$defs/', f'"{REF_TEMPLATE[:-6]}')
+    moved: JSONObject = msgspec.json.decode(text)
+    defs = moved.get("$defs")
+    _register(schemas, defs if isinstance(defs, dict) else {}, text_rules=False)
+    return {"$ref": str(moved["$ref"])}
+
+
 def _text_rules(node: JSONValue) -> JSONValue:
     """The body rules no msgspec type states: no NUL in a string, and a free-form object
-    (``{"type": "object"}``) holds JSON without NUL."""
+    (``{"type": "object"}``, bounded or not) holds JSON without NUL."""
     if isinstance(node, list):
         return [_text_rules(child) for child in node]
     if not isinstance(node, dict):
@@ -251,6 +317,9 @@ def _text_rules(node: JSONValue) -> JSONValue:
     if node == {"type": "object"}:
         return {"$ref": REF_TEMPLATE.format(name=JSON_OBJECT)}
     done = {key: _text_rules(value) for key, value in node.items()}
+    if done.get("type") == "object" and not {"properties", "additionalProperties"} & set(done):
+        done |= {"propertyNames": {"pattern": NO_NUL},
+                 "additionalProperties": {"$ref": REF_TEMPLATE.format(name=JSON_VALUE)}}
     if done.get("type") == "string" and "pattern" not in done and "enum" not in done:
         done["pattern"] = NO_NUL
     return done

@@ -74,7 +74,7 @@ def test_schemathesis_with_all_checks_finds_nothing(fuzz_api: str, tmp_path: Pat
          "--checks", "all", "--max-examples", examples, "--workers", "1",
          "--seed", os.environ.get("SVC_FUZZ_SEED", "17"),
          "--no-color", "--report-dir", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
 
 
