@@ -1,6 +1,7 @@
 """One session loop across workers (issue 29's fleet): one process leads (an advisory lock on
 a connection of its own), another takes over when the leader dies; the loop asks the database
-once which jobs need a look, and a runner gone without a word is still found at once."""
+once which jobs need a look, and a runner gone without a word is still found at once. Lines
+sent with the token a lease row holds skip the fold of the job's stream, until its exit."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 
 from api.app import create_app
 from ledger import leases
@@ -24,6 +26,7 @@ from projections import orchestration_queries as oq
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port, listening
 from tests.test_dispatch import dispatch, submit
+from tests.test_runner_protocol import JOBS, auth, protocol_on, stored_lines
 
 HOLD = ("import asyncio, sys\n"
         "from ledger.leadership import Leadership\n"
@@ -142,3 +145,39 @@ async def test_a_quiet_job_costs_its_driver_a_look_and_a_killed_runner_is_found_
             assert await oq.running_turns(pool, 100, datetime.now(UTC)) == []
         finally:
             await pool.close()
+
+
+async def test_lines_sent_with_the_token_a_lease_row_holds_go_to_its_session_until_the_exit(
+        client: httpx.AsyncClient, database_url: str, tmp_path: Path) -> None:
+    async with protocol_on(database_url, tmp_path) as protocol:
+        token = await protocol.issue("job_fl", session_id="ses_fl", run_id="run_fl")
+        other = await protocol.issue("job_fo", session_id="ses_fo", run_id="run_fo")
+    headers = auth(token)
+    await client.post(f"{JOBS}/job_fl/claim", json={"claimant": "r1"}, headers=headers)
+    beat = await client.post(f"{JOBS}/job_fl/heartbeat", headers=headers)
+    assert beat.status_code == 200
+    conn = await asyncpg.connect(database_url)
+    try:
+        held = await conn.fetchval("SELECT session_id FROM runner_job_leases "
+                                   "WHERE runner_job_id = 'job_fl'")
+    finally:
+        await conn.close()
+    assert held == "ses_fl", "the row keeps the job's session, from its stream"
+    for seq in (1, 2):
+        sent = await client.post(f"{JOBS}/job_fl/lines", headers=headers,
+                                 json={"channel": "output", "seq": seq, "lines": [f"l{seq}"]})
+        assert sent.json()["accepted"] is True
+    foreign = await client.post(f"{JOBS}/job_fl/lines", headers=auth(other),
+                                json={"channel": "output", "seq": 3, "lines": ["x"]})
+    assert foreign.status_code == 401
+    wrong = await client.post(f"{JOBS}/job_fl/lines", headers=headers,
+                              json={"channel": "trace", "seq": 1, "lines": ["t"],
+                                    "stream": "stderr"})
+    assert wrong.status_code == 400, "checked after the token, as before"
+    exited = await client.post(f"{JOBS}/job_fl/exit", json={"state": "completed"},
+                               headers=headers)
+    assert exited.status_code == 200
+    late = await client.post(f"{JOBS}/job_fl/lines", headers=headers,
+                             json={"channel": "output", "seq": 3, "lines": ["late"]})
+    assert late.status_code == 401, "an exited job's token is refused, row or not"
+    assert await stored_lines(database_url, "ses_fl", "output") == [(1, "l1"), (2, "l2")]
