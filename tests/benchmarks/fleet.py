@@ -200,8 +200,10 @@ class Fleet:
 
     def follow(self, sessions: list[str], stop: threading.Event,
                seen: Callable[[float], None]) -> None:
-        """Poll the sessions' output until ``stop``; for each stamped line, report the
-        milliseconds from its printing to its reading."""
+        """Poll the sessions' output until ``stop``; for each line stamped since the call,
+        report the milliseconds from its printing to its reading (a line printed before it
+        would count the time the follower was not looking)."""
+        begun = time.time()
         after = dict.fromkeys(sessions, 0)
         with httpx.Client(base_url=self.base, timeout=30, headers=tools.auth_headers()) as http:
             while not stop.is_set():
@@ -211,7 +213,7 @@ class Fleet:
                     now = time.time()
                     for item in page["items"]:
                         word, _, stamp = item["line"].partition(" ")
-                        if word == "stamp":
+                        if word == "stamp" and float(stamp) >= begun:
                             seen((now - float(stamp)) * 1000)
                     after[session] = page["nextAfterSeq"]
                 time.sleep(0.02)
