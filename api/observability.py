@@ -196,7 +196,9 @@ def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
                         raise
                     await answer_error(scope, watched_receive, tagged_send, error)
             finally:
-                status = CLIENT_CLOSED if gone and status >= 500 else status or 500
+                if gone and (not status or status >= 500):
+                    status = CLIENT_CLOSED
+                status = status or 500
                 elapsed = time.perf_counter() - started
                 route = str(scope.get("path_template", "unmatched"))
                 method = str(scope.get("method", "-"))

@@ -20,6 +20,8 @@ from ledger.database import advisory_key
 from ledger.store import is_outage
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
+CONNECT_TIMEOUT_S = 5
+"""How long a process waits for its leadership connection (a round without it: no lead)."""
 
 
 class Leadership:
@@ -39,6 +41,7 @@ class Leadership:
 
         async def connect() -> asyncpg.Connection:
             return await asyncpg.connect(database_url, statement_cache_size=0,
+                                         timeout=CONNECT_TIMEOUT_S,
                                          server_settings={"application_name": "svc-leader"})
 
         return cls(connect, scope)
