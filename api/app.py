@@ -38,6 +38,7 @@ from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from api.settings import ServiceSettings
 from ledger.database import DbConnection, create_pool
+from ledger.leadership import Leadership
 from ledger.relay import RelayAddress, RelayedWriter
 from ledger.streams import RecordedEntry
 from ledger.together import Statement
@@ -59,15 +60,19 @@ def _started(service: T | None) -> T:
     return service
 
 
-async def session_loop(sessions: SessionService, settings: RunnerSettings) -> None:
+async def session_loop(sessions: SessionService, settings: RunnerSettings,
+                       leader: Leadership | None = None) -> None:
     """Follow running sessions every ``SVC_SESSION_SYNC_INTERVAL_MS``; remove expired
-    session volumes every ``SVC_SESSION_GC_INTERVAL_MS``. Safe in many processes at once."""
+    session volumes every ``SVC_SESSION_GC_INTERVAL_MS``. Safe in many processes at once;
+    with ``leader``, only the process that leads does it (another takes over when it dies)."""
     sync_s = settings.session_sync_interval_ms / 1000
     gc_s = settings.session_gc_interval_ms / 1000
     next_gc = time.monotonic() + gc_s
     while True:
         await asyncio.sleep(sync_s)
         try:
+            if leader is not None and not await leader.leads():
+                continue
             await sessions.sync_running()
             if time.monotonic() >= next_gc:
                 next_gc = time.monotonic() + gc_s
@@ -194,7 +199,11 @@ def create_app(database_url: str, *, pool_size: int = 10,
         sessions = services.start(
             pool, runner, orchestration(pool, fence_pool, acting, driver, runner), keys,
             configured_sources(service, keys))
-        background = [asyncio.create_task(session_loop(sessions, runner), name="session-loop")]
+        # One worker follows the sessions (none behind PgBouncer's transaction mode, which
+        # cannot hold a session's lock: there every worker follows them, as before).
+        leader = None if service.pgbouncer else Leadership.on(database_url, "session-loop")
+        background = [asyncio.create_task(session_loop(sessions, runner, leader),
+                                          name="session-loop")]
         if observed.shared is not None:
             background.append(asyncio.create_task(observed.count_periodically(),
                                                   name="metrics-count"))
@@ -205,6 +214,8 @@ def create_app(database_url: str, *, pool_size: int = 10,
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if leader is not None:
+                await leader.close()
             await writer.close()
             for each in (pool, writer_pool, fence_pool):
                 await each.close()

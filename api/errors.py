@@ -9,6 +9,7 @@ from litestar import Request, Response
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
+from litestar.types import Receive, Scope, Send
 
 from api.wire import ErrorEnvelope
 from ledger.errors import DomainError
@@ -144,6 +145,15 @@ def handle_exception(request: Request[object, object, State],
               redact_text(repr(error)))
     return envelope("internal-error", "internal error (see the server log for this request id)",
                     None, 500)
+
+
+async def answer_error(scope: Scope, receive: Receive, send: Send, error: Exception) -> None:
+    """Answer an error raised outside a route's own error handling (by a middleware, e.g.
+    authentication) with :func:`handle_exception`, through ``send``."""
+    request: Request[object, object, State] = scope["litestar_app"].request_class(
+        scope=scope, receive=receive, send=send)
+    response = handle_exception(request, error)
+    await response.to_asgi_response(app=None, request=request)(scope, receive, send)
 
 
 def _problem(problem: object) -> dict[str, str]:

@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from api.errors import answer_error
 from api.log_repeats import RepeatLimiter
 from api.metrics_export import Collected, build_families, process_families
 from ledger.redaction import redact_text
@@ -149,9 +150,17 @@ def access_level(status: int) -> int:
     return logging.INFO if status >= 400 else logging.DEBUG
 
 
+CLIENT_CLOSED = 499
+"""The status an access line and the metrics give a request whose client left before it
+was answered (nginx's "client closed request"): nothing reached the client, and the server
+did not fail (reading the body of a request whose client left raises, and would count 500)."""
+
+
 def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
     """ASGI middleware: request id, metrics by route template and status, an access line
-    (at :func:`access_level`)."""
+    (at :func:`access_level`). An error raised outside a route's own error handling (by a
+    middleware within, e.g. authentication) is answered here, as a route's would be
+    (:func:`api.errors.answer_error`), so that its answer too is counted and tagged."""
     note = metrics.request
 
     def wrap(app: ASGIApp) -> ASGIApp:
@@ -161,7 +170,8 @@ def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
                 return
             request_id = _given_request_id(scope) or new_request_id()
             token = REQUEST_ID.set(request_id)
-            status = 500
+            status = 0
+            gone = False
             started = time.perf_counter()
 
             async def tagged_send(message: Message) -> None:
@@ -172,9 +182,23 @@ def middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
                                           (b"x-request-id", request_id.encode())]
                 await send(message)
 
+            async def watched_receive() -> ReceiveMessage:
+                nonlocal gone
+                message = await receive()
+                gone = gone or (message["type"] == "http.disconnect" and not status)
+                return message
+
             try:
-                await app(scope, receive, tagged_send)
+                try:
+                    await app(scope, watched_receive, tagged_send)
+                except Exception as error:
+                    if status:
+                        raise
+                    await answer_error(scope, watched_receive, tagged_send, error)
             finally:
+                if gone and (not status or status >= 500):
+                    status = CLIENT_CLOSED
+                status = status or 500
                 elapsed = time.perf_counter() - started
                 route = str(scope.get("path_template", "unmatched"))
                 method = str(scope.get("method", "-"))

@@ -16,11 +16,11 @@ SQL = load_queries("ledger", "leases.sql")
 
 
 async def renew(db: Queryable, runner_job_id: str, at: datetime,
-                token_sha256: str | None = None) -> None:
+                token_sha256: str | None = None, session_id: str | None = None) -> None:
     """Renew the job's lease to ``at`` (never back: a late, older beat changes nothing),
-    keeping the hash of the token that renewed it, checked against the job's stream (None:
-    the next beat is checked so too)."""
-    await db.execute(SQL["renew"], runner_job_id, at, token_sha256)
+    keeping the hash of the token that renewed it, checked against the job's stream, and
+    the job's session (None: the next beat is checked so too)."""
+    await db.execute(SQL["renew"], runner_job_id, at, token_sha256, session_id)
 
 
 async def renew_held(db: Queryable, runner_job_id: str, token_sha256: str,
@@ -30,6 +30,14 @@ async def renew_held(db: Queryable, runner_job_id: str, token_sha256: str,
     did."""
     status: str = await db.execute(SQL["renew_held"], runner_job_id, token_sha256, at)
     return status == "UPDATE 1"
+
+
+async def held_session(db: Queryable, runner_job_id: str, token_sha256: str) -> str | None:
+    """The job's session if its row holds ``token_sha256`` (a live token of the claimed,
+    running job, checked at the last full renewal); None: decide on the job's stream."""
+    session_id: str | None = await db.fetchval(SQL["held_session"], runner_job_id,
+                                               token_sha256)
+    return session_id
 
 
 async def last_seen(db: Queryable, runner_job_id: str) -> datetime | None:

@@ -7,6 +7,7 @@ from datetime import datetime
 import msgspec
 
 from ledger.database import Queryable
+from ledger.events import EVENT_TYPES, JobEnded, JobExited
 from ledger.sqlfile import load_queries
 from ledger.states import (
     ACTIVE_TURNS,
@@ -66,6 +67,15 @@ class ActiveTurn(msgspec.Struct, frozen=True, kw_only=True):
     status: TurnStatus
 
 
+class RunningTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """A started turn of a running session, and whether its job is quiet (its lease fresh,
+    held by a live token, no exit or end recorded): then only its driver has news."""
+
+    session_id: str
+    runner_job_id: str
+    quiet: bool
+
+
 class CommandTurn(msgspec.Struct, frozen=True, kw_only=True):
     """The turn a command id started."""
 
@@ -103,6 +113,7 @@ _LATEST = RowDecoder(LatestAttempt)
 _SESSIONS = RowDecoder(SessionRow)
 _ACTIVE = RowDecoder(ActiveTurn)
 _COMMAND_TURNS = RowDecoder(CommandTurn)
+_RUNNING = RowDecoder(RunningTurn)
 _EXPIRED = RowDecoder(ExpiredSession)
 _RUNS = RowDecoder(RunBase, ("base",))
 
@@ -173,6 +184,17 @@ async def running_sessions(db: Queryable, limit: int) -> list[str]:
     """Ids of running sessions, oldest change first."""
     return [r["session_id"] for r in await db.fetch(TURNS_SQL["running_sessions"], limit,
                                                    SessionStatus.RUNNING)]
+
+
+async def running_turns(db: Queryable, limit: int, renewed_since: datetime
+                        ) -> list[RunningTurn]:
+    """The started turns of the first ``limit`` running sessions (those of
+    :func:`running_sessions`, in its order), each with whether its job is quiet: its lease
+    renewed at or after ``renewed_since`` by the token it holds, no exit or end recorded."""
+    return _RUNNING.many(await db.fetch(
+        TURNS_SQL["running_turns"], limit, SessionStatus.RUNNING, renewed_since,
+        [EVENT_TYPES[JobExited], EVENT_TYPES[JobEnded]],
+        TurnStatus.RUNNING))
 
 
 async def latest_turn_job(db: Queryable, session_id: str) -> str | None:

@@ -1,8 +1,9 @@
 -- name: renew
-INSERT INTO runner_job_leases AS l (runner_job_id, last_seen, token_sha256) VALUES ($1, $2, $3)
+INSERT INTO runner_job_leases AS l (runner_job_id, last_seen, token_sha256, session_id)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (runner_job_id) DO UPDATE
 SET last_seen = greatest(l.last_seen, EXCLUDED.last_seen), renewals = l.renewals + 1,
-    token_sha256 = EXCLUDED.token_sha256
+    token_sha256 = EXCLUDED.token_sha256, session_id = EXCLUDED.session_id
 
 -- name: renew_held
 UPDATE runner_job_leases SET last_seen = greatest(last_seen, $3), renewals = renewals + 1
@@ -16,3 +17,7 @@ DELETE FROM runner_job_leases WHERE runner_job_id = $1
 
 -- name: let_go
 UPDATE runner_job_leases SET token_sha256 = NULL WHERE runner_job_id = $1
+
+-- name: held_session
+SELECT session_id FROM runner_job_leases
+WHERE runner_job_id = $1 AND token_sha256 = $2 AND session_id IS NOT NULL

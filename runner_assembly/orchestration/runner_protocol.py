@@ -121,8 +121,10 @@ class RunnerProtocol:
         at = datetime.fromisoformat(command.at)
         if await leases.renew_held(self.pool, runner_job_id, command.token_sha256, at):
             return  # the token that renewed last, its job neither exited nor ended since
-        decide(await self.job(runner_job_id), command)  # refuses what the ledger would
-        await leases.renew(self.pool, runner_job_id, at, command.token_sha256)
+        job = await self.job(runner_job_id)
+        decide(job, command)  # refuses what the ledger would
+        await leases.renew(self.pool, runner_job_id, at, command.token_sha256,
+                           job.session_id if job is not None else None)
 
     async def last_seen(self, job: RunnerJobState) -> datetime | None:
         """When the job last showed life: its lease row or its newest ledger event."""
@@ -156,15 +158,18 @@ class RunnerProtocol:
                     lines: Sequence[str | session_lines.Piece], stream: str = "stdout") -> bool:
         """Append one numbered batch of lines (of the backend's ``stream``) to the job's
         session; False for a resent one. ``invalid-request`` (once the token is checked) for
-        a trace batch of ``stderr`` or a part numbered past its count."""
-        job = await self.authorized(runner_job_id, token, claimed=True)
+        a trace batch of ``stderr`` or a part numbered past its count. A token the job's
+        lease row holds is taken without folding the job's stream (as a heartbeat's is)."""
+        session_id = await leases.held_session(self.pool, runner_job_id, token_hash(token))
+        if session_id is None:
+            session_id = (await self.authorized(runner_job_id, token, claimed=True)).session_id
         if channel == "trace" and stream != "stdout":
             raise InvalidRequest("a trace batch has no stream of its own")
         if any(not isinstance(line, str) and (line.part or 0) > (line.parts or 0)
                for line in lines):
             raise InvalidRequest("a line part's number is past its count of parts")
         async with self.pool.acquire() as conn:
-            return await session_lines.append_batch(conn, job.session_id, runner_job_id,
+            return await session_lines.append_batch(conn, session_id, runner_job_id,
                                                     channel, seq, lines, self.output_max_bytes,
                                                     stream)
 

@@ -96,8 +96,22 @@ class SessionService:
                 await self.protocol.end(job, str(status.state))
 
     async def sync_running(self) -> None:
-        """Follow every running session once (the background loop)."""
-        for session_id in await oq.running_sessions(self.pool, SYNC_BATCH):
+        """Follow every running session once (the background loop): one query names the
+        started turns and whether each job is quiet (lease fresh, no exit or end recorded);
+        a quiet job's driver is asked whether it is still there, and only a session with a
+        job that is not quiet, or gone, is followed in full (:meth:`sync`)."""
+        moment = datetime.now(UTC)
+        turns = await oq.running_turns(self.pool, SYNC_BATCH, moment - self.protocol.lease)
+        look: dict[str, None] = {}
+        for turn in turns:
+            if turn.session_id in look:
+                continue
+            try:
+                if not turn.quiet or (await self.driver.status(turn.runner_job_id)).terminal:
+                    look[turn.session_id] = None
+            except Exception:  # one broken session must not stop the others
+                log.exception("following session %s failed", turn.session_id)
+        for session_id in look:
             try:
                 await self.sync(session_id)
             except Exception:  # one broken session must not stop the others

@@ -13,6 +13,9 @@ Figures, each next to the baseline it is divided by:
 - ``output_lines_per_s_1`` / ``_50``: lines taken in per second from one backend printing as
   fast as it can, and from 50 at once, against ``COPY`` of as many rows into the same line
   table (the raw limit; ratios printed).
+- ``server_cpu_ms_per_line_batch``: the server's CPU while N backends print a line a second
+  (nothing else asked of it), less their heartbeats at ``server_cpu_ms_per_heartbeat``, ÷ the
+  line batches it took in.
 - ``line_visible_ms_p50/p99``: from the moment a backend printed a line (it prints the time)
   to the moment a client polling the session API read it.
 """
@@ -43,6 +46,9 @@ FAST_LINES = 100_000
 """Lines of the one backend printing as fast as it can; each of the 50 prints a tenth."""
 VISIBLE_SESSIONS = 10
 """Sessions of the line fleet a client follows to time line visibility."""
+WRK_TIMEOUT_S = 10
+"""A list or submit slower than this is an error: well above the 2 s of the other parts, so
+that a fleet that slows the server down is measured (a ratio) rather than a failed run."""
 
 
 class Harness(Protocol):
@@ -74,13 +80,14 @@ def figures(bench: Harness) -> None:
     with bench.api(url, env=server_env()) as base:
         client = Fleet(base, url)
         idle_p99 = client.list_p99_under_submits(bench.seconds)
-        _heartbeat_figures(bench, client, size)
-        _line_fleet_figures(bench, client, size, idle_p99)
+        beat_ms = _heartbeat_figures(bench, client, size)
+        _line_fleet_figures(bench, client, size, idle_p99, beat_ms)
         _ingest_figures(bench, client)
 
 
-def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> None:
-    """Jobs that only sleep: the server's CPU per heartbeat, the ledger's steady growth."""
+def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> float:
+    """Jobs that only sleep: the server's CPU per heartbeat (returned, in ms), the ledger's
+    steady growth."""
     tasks = client.start_jobs(size, {"prompt": "sleep: 3600"})
     window = max(bench.seconds, 10)
     beats0, seq0 = client.heartbeats(), client.ledger_head()
@@ -97,21 +104,36 @@ def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> None:
     bench.report("ledger_entries_per_job_life", lifecycle)
     bench.report("ledger_entries_per_job_running_hour", per_hour)
     bench.report("ledger_entries_per_job_hour", lifecycle + per_hour)
+    return cpu * 1000 / max(beats, 1)
 
 
-def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: float) -> None:
-    """Jobs printing a line a second: list p99 against the idle one, line visibility."""
+def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: float,
+                        beat_ms: float) -> None:
+    """Jobs printing a line a second: the server's CPU per line batch (beyond the beats, at
+    ``beat_ms`` each), list p99 against the idle one, line visibility."""
     tasks = client.start_jobs(size, {"prompt": "stamp", "backendProfile": STAMP_PROFILE})
+    window = max(bench.seconds, 10)
+    beats0, batches0 = client.heartbeats(), client.line_batches()
+    cpu0 = tools.group_cpu_seconds(bench.server_group)
+    time.sleep(window)
+    cpu = tools.group_cpu_seconds(bench.server_group) - cpu0
+    beats, batches = client.heartbeats() - beats0, client.line_batches() - batches0
+    bench.report("fleet_line_batches_per_s", batches / window)
+    bench.report("server_cpu_ms_per_line_batch",
+                 (cpu * 1000 - beats * beat_ms) / max(batches, 1))
     sessions = client.sessions_of(tasks[:VISIBLE_SESSIONS])
     delays: list[float] = []
     stop = threading.Event()
-    follower = threading.Thread(target=client.follow, args=(sessions, stop, delays.append))
-    follower.start()
+    followers = [threading.Thread(target=client.follow, args=([session], stop, delays.append))
+                 for session in sessions]  # one each: a slow answer delays no other session
+    for follower in followers:
+        follower.start()
     try:
         fleet_p99 = client.list_p99_under_submits(bench.seconds)
     finally:
         stop.set()
-        follower.join()
+        for follower in followers:
+            follower.join()
     client.end(tasks)
     bench.report("fleet_list50_p99_ratio", fleet_p99 / idle_p99)
     bench.report("fleet_list50_p99_ms", fleet_p99 * 1000)
@@ -178,8 +200,10 @@ class Fleet:
 
     def follow(self, sessions: list[str], stop: threading.Event,
                seen: Callable[[float], None]) -> None:
-        """Poll the sessions' output until ``stop``; for each stamped line, report the
-        milliseconds from its printing to its reading."""
+        """Poll the sessions' output until ``stop``; for each line stamped since the call,
+        report the milliseconds from its printing to its reading (a line printed before it
+        would count the time the follower was not looking)."""
+        begun = time.time()
         after = dict.fromkeys(sessions, 0)
         with httpx.Client(base_url=self.base, timeout=30, headers=tools.auth_headers()) as http:
             while not stop.is_set():
@@ -189,7 +213,7 @@ class Fleet:
                     now = time.time()
                     for item in page["items"]:
                         word, _, stamp = item["line"].partition(" ")
-                        if word == "stamp":
+                        if word == "stamp" and float(stamp) >= begun:
                             seen((now - float(stamp)) * 1000)
                     after[session] = page["nextAfterSeq"]
                 time.sleep(0.02)
@@ -198,12 +222,13 @@ class Fleet:
         """p99 (s) of a 50-task page with 16 clients while 16 others submit."""
         submitting = threading.Thread(target=tools.wrk, args=(
             f"{self.base}/api/v1/queue/tasks",), kwargs={
-            "clients": 16, "seconds": seconds, "script": "submit.lua"})
+            "clients": 16, "seconds": seconds, "script": "submit.lua",
+            "timeout_s": WRK_TIMEOUT_S})
         tools.wrk(f"{self.base}/api/v1/queue/tasks?limit=50", clients=4, seconds=1)  # warm-up
         submitting.start()
         try:
             return tools.wrk(f"{self.base}/api/v1/queue/tasks?limit=50", clients=16,
-                             seconds=seconds)[1]
+                             seconds=seconds, timeout_s=WRK_TIMEOUT_S)[1]
         finally:
             submitting.join()
 
@@ -220,6 +245,10 @@ class Fleet:
     def heartbeats(self) -> int:
         """Heartbeats taken in so far by the live jobs (their lease rows' renewals)."""
         return int(self._query("SELECT coalesce(sum(renewals), 0) FROM runner_job_leases"))
+
+    def line_batches(self) -> int:
+        """Line batches taken in so far (the numbers of every job's last batch)."""
+        return int(self._query("SELECT coalesce(sum(batch_seq), 0) FROM session_line_source"))
 
     def ledger_head(self) -> int:
         """The ledger's last change sequence."""
