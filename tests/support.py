@@ -81,6 +81,15 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{next(_counter)}"
 
 
+async def fetch_value(url: str, query: str, *args: Any) -> Any:
+    """The first column of the first row ``query`` answers, on a connection of its own."""
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
 async def snapshot(url: str) -> dict[str, Any]:
     """Everything a mutation could change: ledger head and size, every projection row."""
     conn = await asyncpg.connect(url)

@@ -25,6 +25,7 @@ from ledger.leadership import Leadership
 from projections import orchestration_queries as oq
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port, listening
+from tests.support import fetch_value
 from tests.test_dispatch import dispatch, submit
 from tests.test_runner_protocol import JOBS, auth, protocol_on, stored_lines
 
@@ -156,12 +157,8 @@ async def test_lines_sent_with_the_token_a_lease_row_holds_go_to_its_session_unt
     await client.post(f"{JOBS}/job_fl/claim", json={"claimant": "r1"}, headers=headers)
     beat = await client.post(f"{JOBS}/job_fl/heartbeat", headers=headers)
     assert beat.status_code == 200
-    conn = await asyncpg.connect(database_url)
-    try:
-        held = await conn.fetchval("SELECT session_id FROM runner_job_leases "
-                                   "WHERE runner_job_id = 'job_fl'")
-    finally:
-        await conn.close()
+    held = await fetch_value(database_url, "SELECT session_id FROM runner_job_leases "
+                             "WHERE runner_job_id = 'job_fl'")
     assert held == "ses_fl", "the row keeps the job's session, from its stream"
     for seq in (1, 2):
         sent = await client.post(f"{JOBS}/job_fl/lines", headers=headers,

@@ -11,12 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.support import replay_report, snapshot, with_script_backend
+from tests.support import fetch_value, replay_report, snapshot, with_script_backend
 from tests.test_auth import bearer, new_key
 from tests.test_cli import svc
 from tests.test_dispatch import TASKS, run_task
@@ -126,12 +125,8 @@ async def test_a_runner_exit_with_a_bad_usage_is_refused_and_changes_nothing(
     ended = await client.post(f"{JOBS}/job_u/exit", headers=auth(token), json={
         "state": "completed", "exitCode": 0, "usage": good})
     assert ended.status_code == 200, ended.text
-    conn = await asyncpg.connect(database_url)
-    try:
-        payload = await conn.fetchval("SELECT payload::text FROM ledger WHERE stream_id = "
-                                      "'job_u' AND event_type = 'job-exited'")
-    finally:
-        await conn.close()
+    payload = await fetch_value(database_url, "SELECT payload::text FROM ledger WHERE "
+                                "stream_id = 'job_u' AND event_type = 'job-exited'")
     assert json.loads(payload)["usage"] == {
         "input_tokens": 2**53 - 1, "cached_input_tokens": 0, "output_tokens": 0,
         "reasoning_output_tokens": 0}

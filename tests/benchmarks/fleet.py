@@ -85,16 +85,24 @@ def figures(bench: Harness) -> None:
         _ingest_figures(bench, client)
 
 
+def _measured_window(bench: Harness, counters: Callable[[], tuple[int, int]],
+                     ) -> tuple[float, float, tuple[int, int]]:
+    """Wait one window (at least 10 s): its length, the server's CPU seconds in it, and how
+    far each of ``counters`` moved."""
+    window = max(bench.seconds, 10)
+    before, cpu0 = counters(), tools.group_cpu_seconds(bench.server_group)
+    time.sleep(window)
+    cpu = tools.group_cpu_seconds(bench.server_group) - cpu0
+    after = counters()
+    return window, cpu, (after[0] - before[0], after[1] - before[1])
+
+
 def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> float:
     """Jobs that only sleep: the server's CPU per heartbeat (returned, in ms), the ledger's
     steady growth."""
     tasks = client.start_jobs(size, {"prompt": "sleep: 3600"})
-    window = max(bench.seconds, 10)
-    beats0, seq0 = client.heartbeats(), client.ledger_head()
-    cpu0 = tools.group_cpu_seconds(bench.server_group)
-    time.sleep(window)
-    cpu = tools.group_cpu_seconds(bench.server_group) - cpu0
-    beats, steady = client.heartbeats() - beats0, client.ledger_head() - seq0
+    window, cpu, (beats, steady) = _measured_window(
+        bench, lambda: (client.heartbeats(), client.ledger_head()))
     client.end(tasks)
     lifecycle = client.entries_of(tasks) / size
     per_hour = steady / size / window * 3600
@@ -112,12 +120,8 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: floa
     """Jobs printing a line a second: the server's CPU per line batch (beyond the beats, at
     ``beat_ms`` each), list p99 against the idle one, line visibility."""
     tasks = client.start_jobs(size, {"prompt": "stamp", "backendProfile": STAMP_PROFILE})
-    window = max(bench.seconds, 10)
-    beats0, batches0 = client.heartbeats(), client.line_batches()
-    cpu0 = tools.group_cpu_seconds(bench.server_group)
-    time.sleep(window)
-    cpu = tools.group_cpu_seconds(bench.server_group) - cpu0
-    beats, batches = client.heartbeats() - beats0, client.line_batches() - batches0
+    window, cpu, (beats, batches) = _measured_window(
+        bench, lambda: (client.heartbeats(), client.line_batches()))
     bench.report("fleet_line_batches_per_s", batches / window)
     bench.report("server_cpu_ms_per_line_batch",
                  (cpu * 1000 - beats * beat_ms) / max(batches, 1))
