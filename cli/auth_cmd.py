@@ -12,7 +12,8 @@ from cyclopts import App, Parameter
 
 from api import auth_wire as aw
 from cli import render
-from cli.client import ApiOptions, call
+from cli.client import call
+from cli.options import ApiOptions
 from cli.queue_cmd import EXIT_USAGE, respond
 
 auth_app = App(name="auth", help="Who may call the API: API keys.")

@@ -4,22 +4,19 @@ options. The credential sent is ``--token``, else ``SVC_TOKEN``, else the key in
 ``${SVC_DATA_DIR:-.svc}/admin.key`` when that file exists (DESIGN 12); it is never printed.
 
 No cyclopts here (its import is most of a client command's start-up): the options that
-parse ``--api``/``--token`` live in :mod:`cli.options`, importable from here as
-``ApiOptions`` all the same."""
+parse ``--api``/``--token`` live in :mod:`cli.options` (``ApiOptions``), which builds on
+:class:`Endpoint`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TypeVar, cast
 from urllib.parse import urlencode
 
 import msgspec
 
 from cli import http1
-
-if TYPE_CHECKING:
-    from cli.options import ApiOptions as ApiOptions
 
 DEFAULT_API = "http://127.0.0.1:8080"
 ADMIN_KEY_FILE = "admin.key"
@@ -34,7 +31,7 @@ Param = str | int | bool | None
 @dataclass
 class Endpoint:
     """Where the API is and which key to send; the commands' ``--api``/``--token`` options
-    (:class:`cli.options.ApiOptions`, here as ``ApiOptions``) are one."""
+    (:class:`cli.options.ApiOptions`) are one."""
 
     api: str = DEFAULT_API
     token: str | None = None
@@ -143,12 +140,3 @@ def _query_value(value: str | int | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def __getattr__(name: str) -> object:
-    """``ApiOptions``, imported (with cyclopts) only when something asks for it."""
-    if name == "ApiOptions":
-        from cli import options
-
-        return options.ApiOptions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

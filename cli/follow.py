@@ -14,7 +14,8 @@ from typing import Protocol
 from api import session_wire as sw
 from api import wire
 from cli import render
-from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from cli.client import ApiResponse, ApiUnreachable, call
+from cli.options import ApiOptions
 from cli.session_render import line_page, line_text
 
 PAUSE_S = (0.2, 2.0)

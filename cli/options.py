@@ -2,8 +2,8 @@
 (:class:`ApiOptions`) and ``--raw``/``--full`` (:class:`RawOption`, :class:`OutputOptions`).
 
 They live apart from :mod:`cli.client` and :mod:`cli.render` so that those import no
-cyclopts: the fast path (:mod:`cli.fast`) answers the common reads without it. Both modules
-still name them (``cli.client.ApiOptions``, ``render.OutputOptions``)."""
+cyclopts: the fast path (:mod:`cli.fast`) answers the common reads without it.
+:mod:`cli.render` still names the output options (``render.OutputOptions``)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from cyclopts import App, Parameter
 
 from api import wire
 from cli import reads, render
-from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from cli.client import ApiResponse, ApiUnreachable, call
+from cli.options import ApiOptions
 from cli.reads import EXIT_REFUSED as EXIT_REFUSED
 from cli.reads import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from cli.reads import EXIT_USAGE as EXIT_USAGE

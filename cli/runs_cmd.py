@@ -10,7 +10,8 @@ from cyclopts import App, Parameter
 
 from api import wire
 from cli import render
-from cli.client import ApiOptions, call
+from cli.client import call
+from cli.options import ApiOptions
 from cli.queue_cmd import EXIT_USAGE, post_json, read_json_input, respond
 
 runs_app = App(name="runs", help="Show and plan the runner jobs of core runs.")

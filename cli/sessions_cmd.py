@@ -15,7 +15,8 @@ from api import session_wire as sw
 from api.wire import Prompt
 from cli import follow as following
 from cli import render, session_render
-from cli.client import ApiOptions, ApiResponse, ApiUnreachable, call
+from cli.client import ApiResponse, ApiUnreachable, call
+from cli.options import ApiOptions
 from cli.queue_cmd import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, read_json_input, respond
 from ledger.states import SessionFilter
 

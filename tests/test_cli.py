@@ -364,7 +364,7 @@ def test_submit_retries_once_with_its_key_when_the_commit_is_unknown() -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from cli.client import ApiOptions
+    from cli.options import ApiOptions
     from cli.queue_cmd import submit_once_more_if_unknown
 
     keys: list[str | None] = []
