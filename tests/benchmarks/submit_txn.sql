@@ -23,13 +23,15 @@ ON CONFLICT (task_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.v
 INSERT INTO task_contract (task_id, contract)
 VALUES ('tsk_b' || :n, '{"tenantId": "bench", "projectId": "bench", "queue": "bench", "title": "bench", "payload": {"prompt": "benchmark prompt"}, "priority": 50}')
 ON CONFLICT (task_id) DO NOTHING;
-INSERT INTO commander_view (task_id, queue, attention, change_seq, phase, recovery)
-VALUES ('tsk_b' || :n, 'bench', 3, :seq, 'awaiting-dispatch', 'dispatch')
+INSERT INTO commander_view (task_id, queue, attention, change_seq, phase, recovery,
+                            tenant_id, project_id)
+VALUES ('tsk_b' || :n, 'bench', 3, :seq, 'awaiting-dispatch', 'dispatch', 'bench', 'bench')
 ON CONFLICT (task_id) DO UPDATE SET attention = EXCLUDED.attention,
        change_seq = EXCLUDED.change_seq;
-INSERT INTO queue_stats (queue, lane, state, backend_profile, task_count)
-VALUES ('bench', 'default', 'pending', '', 1)
-ON CONFLICT (queue, lane, state, backend_profile) DO UPDATE SET
+INSERT INTO queue_stats (queue, lane, state, backend_profile, task_count, tenant_id,
+                         project_id)
+VALUES ('bench', 'default', 'pending', '', 1, 'bench', 'bench')
+ON CONFLICT (queue, lane, state, backend_profile, tenant_id, project_id) DO UPDATE SET
        task_count = queue_stats.task_count + EXCLUDED.task_count;
 COMMIT;
 SELECT t.task_id, state, version, change_seq, c.contract::text
