@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import os
 import shutil
@@ -42,6 +43,9 @@ class Bench:
         self.quick = quick
         self.seconds = 4 if quick else 10
         self.workdir = Path(tempfile.mkdtemp(prefix="svc-bench-"))
+        # the last thing at exit (registered first): the embedded server's own exit handler
+        # makes its runtime folder (XDG_RUNTIME_DIR) below the work folder again
+        atexit.register(shutil.rmtree, self.workdir, True)
         self.server = start_embedded(self.workdir / "pg")
         self.admin = self.server.get_uri("postgres")
         self.figures: dict[str, str] = {}
