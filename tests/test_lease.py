@@ -21,7 +21,7 @@ from projections.replay import replay
 from runner_assembly.orchestration.runner_protocol import ACTOR, token_hash
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
-from tests.test_dispatch import TASKS, dispatch, job_dirs, submit
+from tests.test_dispatch import TASKS, dispatch, job_dirs, settle, submit
 from tests.test_runner_protocol import JOBS, auth, events_of, protocol_on
 
 BEATS = 25
@@ -138,29 +138,57 @@ async def test_a_runner_outlives_its_lease_on_heartbeats_alone(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
     settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.2, runner_lease_s=3.0)
-    lease = timedelta(seconds=settings.runner_lease_s)
     async with app_client(database_url, settings) as client:
         task_id = await submit(client, "sleep: 30")
         await dispatch(client, task_id)
         (job,) = job_dirs(settings)
-        conn = await asyncpg.connect(database_url)
-        try:
-            deadline = time.monotonic() + 60
-            while (claimed := await conn.fetchval(
-                    "SELECT payload->>'at' FROM ledger WHERE stream_id = $1 AND "
-                    "event_type = 'job-claimed'", job.name)) is None:
-                assert time.monotonic() < deadline, "the runner never claimed"
-                await asyncio.sleep(0.1)
-            while True:  # beats until the claim alone would be past the lease
-                row = await lease_row(database_url, job.name)
-                if row and row[0] > datetime.fromisoformat(claimed) + lease * 1.2:
-                    break
-                assert time.monotonic() < deadline, "no heartbeat renewed the lease"
-                await asyncio.sleep(0.1)
-        finally:
-            await conn.close()
+        row = await renewed_past_lease(database_url, job.name, settings.runner_lease_s)
         refreshed = (await client.post(f"{TASKS}/{task_id}/refresh")).json()
         assert refreshed["state"] == "running", refreshed
         await client.post(f"{TASKS}/{task_id}/cancel", json={})
     events = await events_of(database_url, job.name)
     assert "job-heartbeat" not in events and row[1] >= 3
+
+
+async def test_a_runner_printing_steadily_is_kept_alive_by_its_line_batches(
+    database_url: str, runner_settings: RunnerSettings
+) -> None:
+    """A batch of lines the manager takes renews the lease, and the runner leaves out the
+    beats it made needless: lines for twice the lease, hardly a heartbeat, never lost."""
+    settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.5, runner_lease_s=3.0)
+    async with app_client(database_url, settings) as client:
+        task_id = await submit(client, "lines: 40\npace: 0.15")
+        await dispatch(client, task_id)
+        (job,) = job_dirs(settings)
+        row = await renewed_past_lease(database_url, job.name, settings.runner_lease_s)
+        assert row[1] <= 3, f"{row[1]} heartbeats: a beat a batch made needless was sent"
+        settled = await settle(client, task_id)
+        assert settled["state"] == "completed", settled
+        session = settled["latestAttempt"]["sessionId"]
+        page = (await client.get(f"/api/v1/sessions/{session}/output",
+                                 params={"limit": 100})).json()
+        assert [item["line"] for item in page["items"] if item["line"].startswith("line ")] \
+            == [f"line {n}" for n in range(1, 41)]
+
+
+async def renewed_past_lease(database_url: str, runner_job_id: str,
+                             lease_s: float) -> tuple[datetime, int]:
+    """Wait until the job's lease row was renewed past its claim plus 1.2 leases (the claim
+    alone would have expired by then): the row's last renewal and its count of beats."""
+    lease = timedelta(seconds=lease_s)
+    conn = await asyncpg.connect(database_url)
+    try:
+        deadline = time.monotonic() + 60
+        while (claimed := await conn.fetchval(
+                "SELECT payload->>'at' FROM ledger WHERE stream_id = $1 AND "
+                "event_type = 'job-claimed'", runner_job_id)) is None:
+            assert time.monotonic() < deadline, "the runner never claimed"
+            await asyncio.sleep(0.1)
+        while True:
+            row = await lease_row(database_url, runner_job_id)
+            if row and row[0] > datetime.fromisoformat(claimed) + lease * 1.2:
+                return row
+            assert time.monotonic() < deadline, "nothing renewed the lease"
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()

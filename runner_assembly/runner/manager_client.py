@@ -88,6 +88,9 @@ class ManagerClient:
         self.token = token
         self.retry_for_s = retry_for_s
         self._local = threading.local()
+        self.lines_taken_at = float("-inf")
+        """When (``time.monotonic()``) the manager last took a batch of lines: a batch taken
+        under the job's token renews its lease as a heartbeat does."""
 
     def post(self, path: str, body: Message) -> dict[str, Any]:
         """POST ``body`` to ``path`` (below the base URL); retried until it is answered."""
@@ -174,6 +177,7 @@ class ManagerClient:
         """Send batch number ``seq`` of a channel's (and stream's) lines."""
         self._job("lines", LinesBody(channel=cast(Channel, channel), seq=seq, lines=list(lines),
                                      stream=stream))
+        self.lines_taken_at = time.monotonic()
 
     def assembly(self, event: Mapping[str, object]) -> None:
         """Send the bounded assembly event."""
