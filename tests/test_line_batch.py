@@ -82,6 +82,11 @@ async def test_a_batch_under_the_held_token_renews_the_lease_once_and_is_taken_o
 ) -> None:
     headers = await claimed_and_held(client, database_url, tmp_path,
                                      {"job_f": "ses_f", "job_g": "ses_g"})
+    bad = {"channel": "trace", "seq": 1, "stream": "stderr", "lines": ["t"]}
+    for token, status in ((headers["job_g"], 401), (headers["job_f"], 400)):
+        answer = await client.post(f"{JOBS}/job_f/lines", json=bad, headers=token)
+        assert answer.status_code == status, "the token first, then the batch, as before"
+    assert await lease_row(database_url, "job_f") == (LONG_AGO, 1), "a refusal renews nothing"
     send = {"channel": "output", "seq": 1, "lines": ["one", "two\x00", "ghp_" + "a" * 36]}
     first = await client.post(f"{JOBS}/job_f/lines", json=send, headers=headers["job_f"])
     assert first.status_code == 200 and first.json()["accepted"] is True, first.text
