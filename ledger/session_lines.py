@@ -105,6 +105,63 @@ async def append_batch(conn: DbConnection, session_id: str, runner_job_id: str, 
     then one notice, then nothing more: the batches are accepted all the same
     (:func:`within_bound`).
     """
+    return await _append_pieces(conn, session_id, runner_job_id, channel, batch_seq,
+                                prepared(lines), max_bytes, stream)
+
+
+def prepared(lines: Sequence[str | Piece]) -> list[Piece]:
+    """A batch's lines as stored: NUL replaced, redacted and bounded (:func:`bounded_line`)."""
+    return [Piece(bounded_line(line.replace("\x00", "\ufffd")))
+            if isinstance(line, str) else
+            Piece(bounded_line(line.text.replace("\x00", "\ufffd")), line.part, line.parts)
+            for line in lines]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A runner token's hash and when its batch arrived: the job's lease row, if it holds
+    that token, names the batch's session and is renewed to ``at`` (as by a heartbeat)."""
+
+    token_sha256: str
+    at: datetime
+
+
+async def append_once(conn: DbConnection, to: str | Holder, runner_job_id: str, channel: str,
+                      batch_seq: int, pieces: Sequence[Piece], max_bytes: int | None = None,
+                      stream: str = "stdout") -> bool | None:
+    """:func:`append_batch` of :func:`prepared` pieces in one round trip (migration 0023), to
+    the session ``to`` or, given a :class:`Holder`, to the session of the job's lease row
+    that holds its token (renewed); None when the row does not hold it (nothing written).
+
+    The batch that would take the job's channel past ``max_bytes`` is appended by
+    :func:`append_batch`'s statements (its notice decided here, in Python)."""
+    holder = to if isinstance(to, Holder) else None
+    row = await conn.fetchrow(
+        SQL["append"], runner_job_id, holder.token_sha256 if holder else None,
+        holder.at if holder else None, None if holder else to, channel, stream, batch_seq,
+        [piece.text for piece in pieces], [piece.part for piece in pieces],
+        [piece.parts for piece in pieces],
+        sum(len(piece.text.encode()) + 1 for piece in pieces), max_bytes)
+    outcome = row["outcome"]
+    if outcome == "unheld":
+        return None
+    if outcome == "gap":
+        raise _out_of_order(batch_seq, row["expected_seq"])
+    if outcome == "bound":
+        return await _append_pieces(conn, row["held_session"], runner_job_id, channel,
+                                    batch_seq, pieces, max_bytes, stream)
+    return bool(outcome == "stored")
+
+
+def _out_of_order(batch_seq: int, expected: int) -> InvalidTransition:
+    return InvalidTransition(f"batch {batch_seq} out of order; expected {expected}",
+                             expectedSeq=expected)
+
+
+async def _append_pieces(conn: DbConnection, session_id: str, runner_job_id: str, channel: str,
+                         batch_seq: int, pieces: Sequence[Piece],
+                         max_bytes: int | None, stream: str) -> bool:
+    """:func:`append_batch` of prepared pieces, statement by statement in a transaction."""
     source_channel = channel if stream == "stdout" else f"{channel}:{stream}"
     async with conn.transaction():
         await conn.execute(SQL["ensure_head"], session_id, channel)
@@ -114,14 +171,9 @@ async def append_batch(conn: DbConnection, session_id: str, runner_job_id: str, 
         if batch_seq <= taken:
             return False
         if batch_seq != taken + 1:
-            raise InvalidTransition(f"batch {batch_seq} out of order; expected {taken + 1}",
-                                    expectedSeq=taken + 1)
+            raise _out_of_order(batch_seq, taken + 1)
         before = int(await conn.fetchval(SQL["channel_received"], runner_job_id, channel))
-        pieces = [Piece(bounded_line(line.replace("\x00", "\ufffd")))
-                  if isinstance(line, str) else
-                  Piece(bounded_line(line.text.replace("\x00", "\ufffd")), line.part,
-                        line.parts) for line in lines]
-        stored, after = _pieces_within_bound(pieces, before, max_bytes, channel)
+        stored, after = _pieces_within_bound(list(pieces), before, max_bytes, channel)
         if stored:
             seqs = list(range(last + 1, last + 1 + len(stored)))
             await conn.execute(SQL["insert_pieces"], session_id, channel, runner_job_id, seqs,

@@ -49,3 +49,7 @@ INSERT INTO session_line_source (runner_job_id, channel, byte_offset, batch_seq)
 VALUES ($1, $2, $4, $3)
 ON CONFLICT (runner_job_id, channel)
 DO UPDATE SET batch_seq = EXCLUDED.batch_seq, byte_offset = EXCLUDED.byte_offset
+
+-- name: append
+SELECT outcome, expected_seq, held_session
+FROM session_lines_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)

@@ -158,20 +158,29 @@ class RunnerProtocol:
                     lines: Sequence[str | session_lines.Piece], stream: str = "stdout") -> bool:
         """Append one numbered batch of lines (of the backend's ``stream``) to the job's
         session; False for a resent one. ``invalid-request`` (once the token is checked) for
-        a trace batch of ``stderr`` or a part numbered past its count. A token the job's
-        lease row holds is taken without folding the job's stream (as a heartbeat's is)."""
-        session_id = await leases.held_session(self.pool, runner_job_id, token_hash(token))
-        if session_id is None:
-            session_id = (await self.authorized(runner_job_id, token, claimed=True)).session_id
-        if channel == "trace" and stream != "stdout":
-            raise InvalidRequest("a trace batch has no stream of its own")
-        if any(not isinstance(line, str) and (line.part or 0) > (line.parts or 0)
-               for line in lines):
-            raise InvalidRequest("a line part's number is past its count of parts")
+        a trace batch of ``stderr`` or a part numbered past its count.
+
+        A token the job's lease row holds is taken without folding the job's stream (as a
+        heartbeat's is), and the batch renews the lease (it proves the runner alive): token,
+        lease and batch in one round trip (:func:`session_lines.append_once`)."""
+        problem = _batch_problem(channel, stream, lines)
+        if problem is not None:
+            if await leases.held_session(self.pool, runner_job_id, token_hash(token)) is None:
+                await self.authorized(runner_job_id, token, claimed=True)
+            raise InvalidRequest(problem)
+        pieces = session_lines.prepared(lines)
+        holder = session_lines.Holder(token_hash(token), datetime.now(UTC))
         async with self.pool.acquire() as conn:
-            return await session_lines.append_batch(conn, session_id, runner_job_id,
-                                                    channel, seq, lines, self.output_max_bytes,
-                                                    stream)
+            accepted = await session_lines.append_once(conn, holder, runner_job_id, channel,
+                                                       seq, pieces, self.output_max_bytes,
+                                                       stream)
+        if accepted is None:  # not held: the job's stream decides (a connection apart)
+            session_id = (await self.authorized(runner_job_id, token, claimed=True)).session_id
+            async with self.pool.acquire() as conn:
+                accepted = await session_lines.append_once(conn, session_id, runner_job_id,
+                                                           channel, seq, pieces,
+                                                           self.output_max_bytes, stream)
+        return accepted is True
 
     async def authorized(self, runner_job_id: str, token: str, *,
                          claimed: bool = False) -> RunnerJobState:
@@ -243,6 +252,17 @@ class RunnerProtocol:
         return dataclasses.replace(there, assembly=there.assembly or job.assembly,
                                    thread_id=there.thread_id or job.thread_id,
                                    startup=there.startup or job.startup)
+
+
+def _batch_problem(channel: str, stream: str,
+                   lines: Sequence[str | session_lines.Piece]) -> str | None:
+    """Why a batch of lines is an ``invalid-request`` (None: it is not)."""
+    if channel == "trace" and stream != "stdout":
+        return "a trace batch has no stream of its own"
+    if any(not isinstance(line, str) and (line.part or 0) > (line.parts or 0)
+           for line in lines):
+        return "a line part's number is past its count of parts"
+    return None
 
 
 def _running(job: RunnerJobState) -> JobStatus:
