@@ -176,6 +176,10 @@ class RunnerProtocol:
                                                        stream)
         if accepted is None:  # not held: the job's stream decides (a connection apart)
             session_id = (await self.authorized(runner_job_id, token, claimed=True)).session_id
+            # renewed as a beat taking the full decision renews it: the row holds the token
+            # from now on, so a runner that leaves out beats while it ships keeps its lease
+            await leases.renew(self.pool, runner_job_id, holder.at, holder.token_sha256,
+                               session_id)
             async with self.pool.acquire() as conn:
                 accepted = await session_lines.append_once(conn, session_id, runner_job_id,
                                                            channel, seq, pieces,
