@@ -29,11 +29,11 @@ class Relayed(NamedTuple):
 def run_relayed(command: Sequence[str], cwd: Path, env: dict[str, str], scratch: Path,
                 masker: Masker, max_bytes: int,
                 started: Callable[[subprocess.Popen[bytes]], object] | None = None,
-                ) -> Relayed:
+                written: Callable[[], object] | None = None) -> Relayed:
     """Run ``command`` in ``cwd`` with ``scratch/prompt.txt`` as its input; its output goes
     masked to the scratch output channel, its errors to ``stderr.log``, together at most
-    ``max_bytes``. ``started`` is told the process once it runs. ``OSError`` when it cannot
-    start."""
+    ``max_bytes``. ``started`` is told the process once it runs, ``written`` each time a
+    line reaches a scratch file. ``OSError`` when it cannot start."""
     with (scratch / "prompt.txt").open("rb") as stdin, \
             (scratch / CHANNEL_FILES["output"]).open("wb") as stdout, \
             (scratch / STDERR_FILE).open("wb") as stderr, \
@@ -45,7 +45,8 @@ def run_relayed(command: Sequence[str], cwd: Path, env: dict[str, str], scratch:
         tally = Tally()
         output = Bounded(stdout, max_bytes, tally=tally)
         errors = Bounded(stderr, max_bytes, with_notice=False, tally=tally)
-        relays = Relays([(backend.stdout, output), (backend.stderr, errors)], masker)
+        relays = Relays([(backend.stdout, output), (backend.stderr, errors)], masker,
+                        written)
         code = backend.wait()
         finished = datetime.now(UTC)
         relays.join()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,12 +90,15 @@ class Lifecycle:
         self.layout = layout
         self.volume_root = volume_root
         self.faults = frozenset(job.faults)  # test-only crash points (SVC_FAULTS)
+        self.written = threading.Event()
+        """Rung when a line reaches a scratch channel file: the shipper's doorbell."""
 
     def trace(self, kind: str, **fields: object) -> None:
         """Append one runner event to the trace channel (names and counts, no values)."""
         entry = {"at": now().isoformat(), "kind": kind, **fields}
         with (self.scratch / CHANNEL_FILES["trace"]).open("a") as handle:
             handle.write(MASKER.mask_text(json.dumps(entry, sort_keys=True)) + "\n")
+        self.written.set()
 
     def claim(self) -> bool:
         """Claim the job's start with this runner's startup event; False (and a line on
@@ -116,7 +120,7 @@ class Lifecycle:
         """The line shipper over the scratch channel files, from now on."""
         files = {Source(channel): self.scratch / name for channel, name in CHANNEL_FILES.items()}
         files[Source("output", "stderr")] = self.scratch / STDERR_FILE
-        return Shipper(self.client, files, sent)
+        return Shipper(self.client, files, sent, self.written)
 
     def assemble(self, assembler: Assembler) -> Launch | ExitBody:
         """Run the assembly steps and send the bounded event: how the backend starts (its
@@ -159,7 +163,7 @@ class Lifecycle:
         try:
             relayed = run_relayed(
                 wrapped, workspace, backends.backend_env(job, env, self.layout.backend_home),
-                self.scratch, MASKER, self.job.output_max_bytes, started)
+                self.scratch, MASKER, self.job.output_max_bytes, started, self.written.set)
         except OSError as error:
             return self._spawn_failed(spawn_failure(error, command, workspace))
         self._trace_dropped(relayed)

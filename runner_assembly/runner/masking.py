@@ -238,11 +238,15 @@ class Sink(Protocol):
         """Push what was taken to its file."""
 
 
-def relay(source: IO[bytes], sink: Sink, masker: Masker) -> None:
-    """Copy ``source`` to ``sink`` until its end, masked per line and flushed as it goes."""
+def relay(source: IO[bytes], sink: Sink, masker: Masker,
+          written: Callable[[], object] | None = None) -> None:
+    """Copy ``source`` to ``sink`` until its end, masked per line and flushed as it goes;
+    ``written`` is told after each flush (the line shipper's doorbell)."""
     def write(data: bytes) -> None:
         sink.write(data)
         sink.flush()
+        if written is not None:
+            written()
 
     lines = LineMasker(masker, write)
     while chunk := os.read(source.fileno(), 65536):
@@ -253,9 +257,10 @@ def relay(source: IO[bytes], sink: Sink, masker: Masker) -> None:
 class Relays:
     """Relays several streams at once (a backend's stdout and stderr), each in a thread."""
 
-    def __init__(self, pairs: list[tuple[IO[bytes], Sink]], masker: Masker) -> None:
-        self.threads = [threading.Thread(target=relay, args=(source, sink, masker), daemon=True)
-                        for source, sink in pairs]
+    def __init__(self, pairs: list[tuple[IO[bytes], Sink]], masker: Masker,
+                 written: Callable[[], object] | None = None) -> None:
+        self.threads = [threading.Thread(target=relay, args=(source, sink, masker, written),
+                                         daemon=True) for source, sink in pairs]
         for thread in self.threads:
             thread.start()
 

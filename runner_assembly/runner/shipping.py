@@ -23,6 +23,10 @@ from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
 MAX_BATCH_LINES = 500
 MAX_BATCH_BYTES = 256 * 1024
 SHIP_EVERY_S = 0.2
+"""The shortest time between two rounds: output coming fast goes in batches."""
+LOOK_EVERY_S = 1.0
+"""How often the shipper looks at its files when no doorbell rang (a line written by
+anything that does not ring it); without a doorbell it looks every :data:`SHIP_EVERY_S`."""
 SCAN_BYTES = 1024 * 1024
 """How much of a line longer than a batch is read at a time while looking for its end."""
 
@@ -38,9 +42,13 @@ class Shipper:
     """Sends the lines of a job's scratch files to the manager."""
 
     def __init__(self, client: ManagerClient, files: dict[Source, Path],
-                 sent: Callable[[str], None] | None = None) -> None:
-        """``sent(channel)`` is called after a batch is sent, before its number is kept."""
+                 sent: Callable[[str], None] | None = None,
+                 written: threading.Event | None = None) -> None:
+        """``sent(channel)`` is called after a batch is sent, before its number is kept;
+        ``written`` is the doorbell its files' writers ring: the shipper sleeps until it
+        rings (or :data:`LOOK_EVERY_S` passed) instead of waking five times a second."""
         self.client = client
+        self._doorbell = written
         self.sent = sent
         self.files = files
         self.offsets = dict.fromkeys(files, 0)
@@ -55,9 +63,21 @@ class Shipper:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(SHIP_EVERY_S):
+        if self._doorbell is None:
+            while not self._stop.wait(SHIP_EVERY_S):
+                with contextlib.suppress(ManagerRefused):
+                    self.ship(final=False)
+            return
+        last = float("-inf")
+        while not self._stop.is_set():
+            self._doorbell.wait(LOOK_EVERY_S)
+            early = SHIP_EVERY_S - (time.monotonic() - last)
+            if early > 0 and self._stop.wait(early):  # soon after a round: gather a batch
+                return
+            self._doorbell.clear()  # a line written from now on rings for the next round
             with contextlib.suppress(ManagerRefused):
                 self.ship(final=False)
+            last = time.monotonic()
 
     def ship(self, *, final: bool) -> None:
         """Send every complete line written so far (all of them when ``final``)."""
@@ -138,6 +158,8 @@ class Shipper:
     def finish(self) -> None:
         """Stop the loop and send the rest, the last partial lines included."""
         self._stop.set()
+        if self._doorbell is not None:
+            self._doorbell.set()  # wake the loop to see the stop
         self._thread.join()
         self.ship(final=True)
 
