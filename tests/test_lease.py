@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -138,15 +140,11 @@ async def test_a_runner_outlives_its_lease_on_heartbeats_alone(
     database_url: str, runner_settings: RunnerSettings
 ) -> None:
     settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.2, runner_lease_s=3.0)
-    async with app_client(database_url, settings) as client:
-        task_id = await submit(client, "sleep: 30")
-        await dispatch(client, task_id)
-        (job,) = job_dirs(settings)
-        row = await renewed_past_lease(database_url, job.name, settings.runner_lease_s)
+    async with renewed_job(database_url, settings, "sleep: 30") as (client, task_id, job, row):
         refreshed = (await client.post(f"{TASKS}/{task_id}/refresh")).json()
         assert refreshed["state"] == "running", refreshed
         await client.post(f"{TASKS}/{task_id}/cancel", json={})
-    events = await events_of(database_url, job.name)
+    events = await events_of(database_url, job)
     assert "job-heartbeat" not in events and row[1] >= 3
 
 
@@ -156,11 +154,8 @@ async def test_a_runner_printing_steadily_is_kept_alive_by_its_line_batches(
     """A batch of lines the manager takes renews the lease, and the runner leaves out the
     beats it made needless: lines for twice the lease, hardly a heartbeat, never lost."""
     settings = dataclasses.replace(runner_settings, runner_heartbeat_s=0.5, runner_lease_s=3.0)
-    async with app_client(database_url, settings) as client:
-        task_id = await submit(client, "lines: 40\npace: 0.15")
-        await dispatch(client, task_id)
-        (job,) = job_dirs(settings)
-        row = await renewed_past_lease(database_url, job.name, settings.runner_lease_s)
+    async with renewed_job(database_url, settings, "lines: 40\npace: 0.15") as (
+            client, task_id, _, row):
         assert row[1] <= 3, f"{row[1]} heartbeats: a beat a batch made needless was sent"
         settled = await settle(client, task_id)
         assert settled["state"] == "completed", settled
@@ -169,6 +164,19 @@ async def test_a_runner_printing_steadily_is_kept_alive_by_its_line_batches(
                                  params={"limit": 100})).json()
         assert [item["line"] for item in page["items"] if item["line"].startswith("line ")] \
             == [f"line {n}" for n in range(1, 41)]
+
+
+@asynccontextmanager
+async def renewed_job(database_url: str, settings: RunnerSettings, prompt: str
+                      ) -> AsyncIterator[tuple[httpx.AsyncClient, str, str, tuple[datetime, int]]]:
+    """A task of ``prompt`` dispatched, once its job's lease was renewed past the lease (see
+    :func:`renewed_past_lease`): the app's client, the task, its runner job and lease row."""
+    async with app_client(database_url, settings) as client:
+        task_id = await submit(client, prompt)
+        await dispatch(client, task_id)
+        (job,) = job_dirs(settings)
+        row = await renewed_past_lease(database_url, job.name, settings.runner_lease_s)
+        yield client, task_id, job.name, row
 
 
 async def renewed_past_lease(database_url: str, runner_job_id: str,

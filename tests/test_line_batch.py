@@ -20,12 +20,12 @@ import pytest
 from ledger import session_lines
 from ledger.database import create_pool
 from ledger.errors import InvalidTransition
-from projections.replay import replay
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client
 from tests.support import snapshot
 from tests.test_lease import lease_row
 from tests.test_runner_protocol import JOBS, auth, protocol_on, stored_lines
+from tests.test_sessions import replay_ok
 
 BOUND = 500
 LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,14 +65,6 @@ async def sources(url: str) -> list[tuple[Any, ...]]:
         rows = await conn.fetch("SELECT * FROM session_line_source ORDER BY runner_job_id, "
                                 "channel")
         return [tuple(row.values()) for row in rows]
-    finally:
-        await conn.close()
-
-
-async def replay_ok(url: str) -> bool:
-    conn = await asyncpg.connect(url)
-    try:
-        return (await replay(conn)).ok
     finally:
         await conn.close()
 
