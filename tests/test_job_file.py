@@ -96,7 +96,7 @@ def full_job(**local_fields: Any) -> JobFile:
         "faults": ["runner-crash-before-exit"],
         "fetch_allow": FetchAllow(file_roots=["/srv/git"], hosts=["127.0.0.1:3000"],
                                   denied_roots=["/srv/data"], protected=["db.svc:5432"]),
-        "output_max_bytes": 1_000_000}
+        "output_max_bytes": 1_000_000, "manager_silence_s": 90.0}
     return JobFile(**{**fields, **local_fields})
 
 

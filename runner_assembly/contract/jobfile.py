@@ -75,6 +75,10 @@ class JobFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     drops the rest and traces the count (:mod:`runner_assembly.runner.output_bound`)."""
     sandbox_read_only: list[str] = msgspec.field(default_factory=list)
     """``SVC_SANDBOX_READ_ONLY``: operator paths the backend's sandbox shows read-only."""
+    manager_silence_s: float = 660.0
+    """``SVC_RUNNER_LEASE_S`` plus ``SVC_RUNNER_START_S``: past this long without an answer
+    from the manager, the manager ends the job as lost whatever its runner does, so the
+    runner stops its backend and ends instead of running on for nobody."""
 
 
 class JobFileRefused(Exception):

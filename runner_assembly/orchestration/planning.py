@@ -125,5 +125,6 @@ class JobPlanner:
             resource_bin_path=settings.resource_bin_path,
             workspace_root=settings.workspace_root, fetch_allow=settings.fetch_allow,
             output_max_bytes=settings.output_max_bytes,
-            sandbox_read_only=list(settings.sandbox_read_only))
+            sandbox_read_only=list(settings.sandbox_read_only),
+            manager_silence_s=settings.runner_lease_s + settings.runner_start_s)
         return JobSpec(job=file, secret_root=str(settings.secrets_dir), job_secret=job_secret)

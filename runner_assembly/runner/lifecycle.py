@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from runner_assembly.runner.backend_run import Relayed, failure_with_errors, run
 from runner_assembly.runner.crash import crash_at
 from runner_assembly.runner.launch import check_backend_launch, spawn_failure
 from runner_assembly.runner.layout import Layout
-from runner_assembly.runner.manager_client import ManagerClient
+from runner_assembly.runner.manager_client import RETRY_FOR_S, ManagerClient
 from runner_assembly.runner.masking import Masker
 from runner_assembly.runner.session_volume import summarize
 from runner_assembly.runner.shipping import Heartbeats, Shipper, Source
@@ -67,7 +68,8 @@ def connect(job: JobFile, token: str) -> ManagerClient:
     """The runner protocol client of ``job`` (base URL ``SVC_RUNNER_API_URL``); the token is
     masked in everything the job sends."""
     MASKER.add(token)
-    return ManagerClient(os.environ["SVC_RUNNER_API_URL"], job.runner_job_id, token)
+    return ManagerClient(os.environ["SVC_RUNNER_API_URL"], job.runner_job_id, token,
+                         min(RETRY_FOR_S, job.manager_silence_s))
 
 
 def failed(kind: str, message: str, started_at: datetime | None = None,
@@ -114,7 +116,8 @@ class Lifecycle:
 
     def heartbeats(self) -> Heartbeats:
         """Lease renewals every ``SVC_RUNNER_HEARTBEAT_S`` (default 10 s), from now on."""
-        return Heartbeats(self.client, float(os.environ.get("SVC_RUNNER_HEARTBEAT_S") or 10))
+        return Heartbeats(self.client, float(os.environ.get("SVC_RUNNER_HEARTBEAT_S") or 10),
+                          self.job.manager_silence_s, _stop_this_runner)
 
     def shipper(self, sent: Callable[[str], None] | None = None) -> Shipper:
         """The line shipper over the scratch channel files, from now on."""
@@ -260,6 +263,13 @@ class Lifecycle:
         crash_at(self.faults, "runner-crash-before-exit")
         self.client.exit(report)
         return report
+
+
+def _stop_this_runner(why: str) -> None:
+    """End this runner as a stop does (``SIGTERM``: its backend ends, its secret files go),
+    saying why in its log."""
+    print(f"the runner stops its job: {why}", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def masked(report: ExitBody) -> ExitBody:

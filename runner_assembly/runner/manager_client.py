@@ -88,6 +88,8 @@ class ManagerClient:
         self.token = token
         self.retry_for_s = retry_for_s
         self._local = threading.local()
+        self.answered_at = time.monotonic()
+        """When the manager last answered a report (from the client's start)."""
         self.lines_taken_at = float("-inf")
         """When (``time.monotonic()``) the manager last took a batch of lines: a batch taken
         under the job's token renews its lease as a heartbeat does."""
@@ -101,6 +103,7 @@ class ManagerClient:
             try:
                 status, text, asked = self._exchange(self._prefix + path, data)
                 if status < 300:
+                    self.answered_at = time.monotonic()
                     value = msgspec.json.decode(text) if text else {}
                     return value if isinstance(value, dict) else {}
                 if status < 500:

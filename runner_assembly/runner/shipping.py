@@ -167,11 +167,19 @@ class Shipper:
 class Heartbeats:
     """Renews the job's lease every ``interval`` seconds until stopped; a beat is left out
     when the manager took a batch of lines within the interval, which renewed the lease
-    already (a job printing steadily sends one report a second, not two)."""
+    already (a job printing steadily sends one report a second, not two).
 
-    def __init__(self, client: ManagerClient, interval: float) -> None:
+    A beat refused for the job's token (it has ended), or failing while the manager has not
+    answered anything for ``patience_s``, tells ``lost`` why: the manager can no longer take
+    this job's reports."""
+
+    def __init__(self, client: ManagerClient, interval: float,
+                 patience_s: float = float("inf"),
+                 lost: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.interval = interval
+        self.patience_s = patience_s
+        self.lost = lost
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="heartbeat")
         self._thread.start()
@@ -180,8 +188,24 @@ class Heartbeats:
         while not self._stop.wait(self.interval):
             if time.monotonic() - self.client.lines_taken_at < self.interval:
                 continue
-            with contextlib.suppress(ManagerRefused):
+            try:
                 self.client.heartbeat()
+            except ManagerRefused as refused:
+                if (why := self._hopeless(refused)) is not None and self.lost is not None:
+                    self.lost(why)
+                    return
+
+    def _hopeless(self, refused: ManagerRefused) -> str | None:
+        """Why the job cannot go on after ``refused`` (None: it may, try the next beat)."""
+        if self._stop.is_set():
+            return None  # the job is ending: its exit may already have been taken
+        if refused.status == 401:
+            return "the manager refuses the job's token: the job has ended"
+        silent = time.monotonic() - self.client.answered_at
+        if refused.status == 0 and silent > self.patience_s:
+            return (f"no answer from the manager for {int(silent)} s, past the "
+                    f"{int(self.patience_s)} s after which it ends the job as lost")
+        return None
 
     def stop(self) -> None:
         """Stop beating."""
