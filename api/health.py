@@ -15,6 +15,7 @@ from api.metrics_export import figure_families
 from api.params import MetricsDep, PoolDep, QueueDep
 from ledger.errors import LedgerUnavailable
 from ledger.migrate import pending_migrations
+from ledger.store import OUTAGE_ERRORS
 from ledger.version import VERSION
 from projections import queries
 from projections.metrics_queries import ServiceFigures, service_figures
@@ -67,7 +68,7 @@ async def metrics(metrics: MetricsDep, pool: PoolDep) -> Response[bytes]:
     try:
         async with pool.acquire(timeout=SCRAPE_DB_TIMEOUT_S) as conn:
             figures = await service_figures(conn, SCRAPE_DB_TIMEOUT_S)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+    except (asyncpg.PostgresError, *OUTAGE_ERRORS) as error:  # a connection cut mid-use too
         log.warning("metrics: the database did not answer (%s)", type(error).__name__)
     return Response(content=metrics.render(figure_families(figures)),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
