@@ -48,7 +48,8 @@ class Shipper:
         ``written`` is the doorbell its files' writers ring: the shipper sleeps until it
         rings (or :data:`LOOK_EVERY_S` passed) instead of waking five times a second."""
         self.client = client
-        self._doorbell = written
+        self._doorbell = written or threading.Event()
+        self._look_every_s = LOOK_EVERY_S if written is not None else SHIP_EVERY_S
         self.sent = sent
         self.files = files
         self.offsets = dict.fromkeys(files, 0)
@@ -63,14 +64,9 @@ class Shipper:
         self._thread.start()
 
     def _loop(self) -> None:
-        if self._doorbell is None:
-            while not self._stop.wait(SHIP_EVERY_S):
-                with contextlib.suppress(ManagerRefused):
-                    self.ship(final=False)
-            return
         last = float("-inf")
         while not self._stop.is_set():
-            self._doorbell.wait(LOOK_EVERY_S)
+            self._doorbell.wait(self._look_every_s)
             early = SHIP_EVERY_S - (time.monotonic() - last)
             if early > 0 and self._stop.wait(early):  # soon after a round: gather a batch
                 return
@@ -91,7 +87,7 @@ class Shipper:
             return self._ship_parts(source)
         try:
             if path.stat().st_size <= self.offsets[source]:
-                return False  # nothing new: one system call, five times a second
+                return False  # nothing new: one system call, no open and read
             with path.open("rb") as handle:
                 handle.seek(self.offsets[source])
                 data = handle.read(MAX_BATCH_BYTES)
@@ -158,8 +154,7 @@ class Shipper:
     def finish(self) -> None:
         """Stop the loop and send the rest, the last partial lines included."""
         self._stop.set()
-        if self._doorbell is not None:
-            self._doorbell.set()  # wake the loop to see the stop
+        self._doorbell.set()  # wake the loop to see the stop
         self._thread.join()
         self.ship(final=True)
 
