@@ -15,7 +15,7 @@ SEQ_SHIFT = "(SELECT shift FROM a)"
 """In a :func:`sequenced` statement: what a projection row adds to its ``change_seq``."""
 
 _PARAMETER = re.compile(r"\$(\d+)")
-_ARRAY_PARAMETER = re.compile(r"\$(\d+)::(\w+)\[\]")
+_ARRAY_PARAMETER = re.compile(r"\$(\d+)::(?:\w+\[\]|json\b)")
 
 
 def _shift(text: str, by: int) -> str:
@@ -24,12 +24,13 @@ def _shift(text: str, by: int) -> str:
 
 
 def _gated(text: str) -> str:
-    """``text`` with each array parameter ``$n::t[]`` read through the head part ``a``:
-    after it, and NULL (``unnest`` yields no row) when it returned none. Every parameter
-    must be such an array."""
+    """``text`` with each array parameter ``$n::t[]`` (or JSON one, ``$n::json``) read
+    through the head part ``a``: after it, and NULL (``unnest`` and ``json_to_recordset``
+    yield no row) when it returned none. Every parameter must be such an array or JSON."""
     gated, found = _ARRAY_PARAMETER.subn(lambda m: f"(SELECT {m[0]} FROM a)", text)
     if found != len(_PARAMETER.findall(text)):
-        raise ValueError("a sequenced write takes only array parameters ($n::type[])")
+        raise ValueError("a sequenced write takes only array parameters ($n::type[]) "
+                         "or JSON ones ($n::json)")
     return gated
 
 
@@ -45,7 +46,7 @@ def _sequenced(head: str, head_count: int, texts: tuple[str, ...],
 
 def sequenced(head: Statement, statements: Sequence[Statement]) -> Statement:
     """One statement: ``head`` (a query returning at most one row, which locks and moves the
-    ledger head) runs first as ``a``; ``statements`` (writes fed by array parameters, which
+    ledger head) runs first as ``a``; ``statements`` (writes fed by array or JSON parameters, which
     may read ``a``) run after it, and only when it returned its row, which the statement
     answers. Every row lock is taken after the head's, so writers lock in one order. The
     parts see one snapshot and none sees another's writes: they must touch different rows."""

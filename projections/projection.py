@@ -21,6 +21,7 @@ from ledger.together import SEQ_SHIFT
 R = TypeVar("R", bound=msgspec.Struct)
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+_ENCODED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SQL_TYPES: dict[type, str] = {str: "text", int: "bigint", bool: "boolean",
                                float: "double precision", datetime: "timestamptz"}
 _json = msgspec.json.Encoder()
@@ -39,6 +40,13 @@ def quote(name: str) -> str:
     """A declared identifier, quoted for SQL (only lower-case names are declared)."""
     if not _IDENTIFIER.fullmatch(name):
         raise ValueError(f"not a projection identifier: {name!r}")
+    return f'"{name}"'
+
+
+def _quote_encoded(name: str) -> str:
+    """A field's encoded JSON name (a declared identifier, possibly camelCase), quoted."""
+    if not _ENCODED_NAME.fullmatch(name):
+        raise ValueError(f"not a projection field name: {name!r}")
     return f'"{name}"'
 
 
@@ -167,10 +175,10 @@ class Projection(Generic[R]):
         return msgspec.structs.replace(
             old, **{c: getattr(old, c) + getattr(delta, c) for c in self.added})
 
-    def arrays(self, rows: Sequence[R]) -> list[list[object]]:
-        """The per-column arrays ``unnest`` takes, from rows."""
-        stored = [self.to_tuple(row) for row in rows]
-        return [list(column) for column in zip(*stored, strict=True)]
+    def encoded(self, rows: Sequence[R]) -> str:
+        """The rows as :attr:`upsert_sql`'s one parameter: a JSON array of the rows as
+        msgspec encodes them (one C call; typed arrays cost asyncpg checks per element)."""
+        return _json.encode(rows).decode()
 
     # SQL, generated once from the declaration (identifiers only, never values).
 
@@ -209,15 +217,27 @@ class Projection(Generic[R]):
             action = "UPDATE SET " + ", ".join(
                 f"{quote(c)} = EXCLUDED.{quote(c)}" for c in self.added)
         return (f"INSERT INTO {table} ({names}) SELECT {self._shifted} FROM "
-                f"unnest({self._array_params(self.columns)}) AS u({names}) "
+                f"json_to_recordset($1::json) AS u({self._recordset}) "
                 f"ON CONFLICT ({keys}) DO {action}")
+
+    @property
+    def _recordset(self) -> str:
+        """The column definitions that read :meth:`encoded` rows: each column under the name
+        msgspec encodes its field with (a row type may rename fields, e.g. to camelCase)."""
+        return ", ".join(f"{_quote_encoded(e)} {self._types[c][0]}"
+                         for c, e in zip(self.columns, self._encoded_names, strict=True))
+
+    @cached_property
+    def _encoded_names(self) -> tuple[str, ...]:
+        return tuple(self.row_type.__struct_encode_fields__)
 
     @property
     def _shifted(self) -> str:
         """The select list of :attr:`upsert_sql`: a ``change_seq`` column moves with the
         batch's entries when Postgres numbered them (``ledger.together.SEQ_SHIFT``)."""
-        return ", ".join(f"u.{quote(c)} + {SEQ_SHIFT}" if c == SEQ_COLUMN else f"u.{quote(c)}"
-                         for c in self.columns)
+        return ", ".join(f"u.{_quote_encoded(e)} + {SEQ_SHIFT}" if c == SEQ_COLUMN
+                         else f"u.{_quote_encoded(e)}"
+                         for c, e in zip(self.columns, self._encoded_names, strict=True))
 
     @property
     def _kept(self) -> str:

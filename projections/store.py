@@ -70,8 +70,8 @@ async def load_current(conn: DbConnection, entries: list[RecordedEntry]) -> Rows
 
 
 def change_statements(changes: Rows) -> list[Statement]:
-    """The upserts of folded changes: one ``unnest`` statement per table that has rows."""
-    return [(projection.upsert_sql, projection.arrays(rows)) for projection in REGISTRY
+    """The upserts of folded changes: one statement per table that has rows."""
+    return [(projection.upsert_sql, (projection.encoded(rows),)) for projection in REGISTRY
             if (rows := changes.rows(projection))]
 
 
