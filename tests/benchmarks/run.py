@@ -113,38 +113,66 @@ class Bench:
             log.close()
 
     def submit_figures(self) -> None:
+        """Submit over HTTP against the peers' defer, 16 clients and 1, measured in
+        :data:`SUBMIT_ROUNDS` interleaved rounds (svc and each peer in turn, every round):
+        the machine's speed drifts by a factor of two within a minute here (other guests'
+        steal), so a ratio is the median of the rounds' own ratios, and each rate the median
+        of its rounds. A poller follows ``updatedAfter`` through every svc run."""
         pg_url = self.database("bench_pgbench")
         pg16 = tools.pgbench(pg_url, "submit_txn.sql", 16, self.seconds)
         pg1 = tools.pgbench(pg_url, "submit_txn.sql", 1, self.seconds)
         insert16 = tools.pgbench(pg_url, "single_insert.sql", 16, self.seconds)
         insert1 = tools.pgbench(pg_url, "single_insert.sql", 1, self.seconds)
-        peers = {(peer, clients): tools.peer_rate(self.database(f"bench_{peer}"), peer,
-                                                  clients, self.seconds)
-                 for peer in ("procrastinate", "pgqueuer") for clients in (16, 1)}
+        peer_urls = {peer: self.database(f"bench_{peer}") for peer in PEERS}
         api_url = self.database("bench_submit")
+        seconds = max(2, self.seconds // 2)
+        rounds: list[dict[tuple[str, int], float]] = []
+        cpu = served = 0.0
         with self.api(api_url) as base:
-            cpu = tools.group_cpu_seconds(self.server_group)
-            ours16, ours1, missed, checked = _submit_with_poller(base, api_url, self.seconds)
-            cpu = tools.group_cpu_seconds(self.server_group) - cpu
-        served = ours16 * self.seconds + ours1 * self.seconds  # wrk's requests, both runs
-        for clients, ours, insert in ((16, ours16, insert16), (1, ours1, insert1)):
-            self.report(f"submit_vs_procrastinate_{clients}",
-                        ours / peers[("procrastinate", clients)])
-            self.report(f"submit_vs_pgqueuer_{clients}", ours / peers[("pgqueuer", clients)])
-            self.report(f"submit_vs_insert_{clients}", ours / insert)
+            poller = tools.Poller(base)
+            poller.start()
+            for _ in range(SUBMIT_ROUNDS):
+                rates: dict[tuple[str, int], float] = {}
+                for clients in (16, 1):
+                    for peer in PEERS:
+                        rates[(peer, clients)] = tools.peer_rate(
+                            peer_urls[peer], peer, clients, seconds)
+                    before = tools.group_cpu_seconds(self.server_group)
+                    rates[("svc", clients)], _ = tools.wrk(
+                        f"{base}/api/v1/queue/tasks", clients=clients, seconds=seconds,
+                        script="submit.lua")
+                    cpu += tools.group_cpu_seconds(self.server_group) - before
+                    served += rates[("svc", clients)] * seconds
+                rounds.append(rates)
+            asyncio.run(_settled(api_url))  # wrk leaves requests in flight: they still commit
+            poller.stop()
+            final = asyncio.run(_versions(api_url))
+        missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
+
+        def median(name: str, clients: int) -> float:
+            return statistics.median(r[(name, clients)] for r in rounds)
+
+        for clients, insert in ((16, insert16), (1, insert1)):
+            for peer in PEERS:
+                ratios = [r[("svc", clients)] / r[(peer, clients)] for r in rounds]
+                self.report(f"submit_vs_{peer}_{clients}", statistics.median(ratios))
+                self.report(f"submit_vs_{peer}_{clients}_rounds",
+                            " ".join(f"{ratio:.3f}" for ratio in ratios))
+            self.report(f"submit_vs_insert_{clients}", median("svc", clients) / insert)
         for clients in (16, 1):
-            self.report(f"http_submit_rps_{clients}", ours16 if clients == 16 else ours1)
+            self.report(f"http_submit_rps_{clients}", median("svc", clients))
             self.report(f"procrastinate_defer_per_s_{clients}",
-                        peers[("procrastinate", clients)])
-            self.report(f"pgqueuer_enqueue_per_s_{clients}", peers[("pgqueuer", clients)])
+                        median("procrastinate", clients))
+            self.report(f"pgqueuer_enqueue_per_s_{clients}", median("pgqueuer", clients))
+        self.report("submit_rounds", SUBMIT_ROUNDS)
         self.report("pgbench_single_insert_tps_16", insert16)
         self.report("pgbench_single_insert_tps_1", insert1)
         self.report("pgbench_submit_txn_tps_16", pg16)
         self.report("pgbench_submit_txn_tps_1", pg1)
         self.report("http_submit_server_cpu_ms_per_req", cpu * 1000 / served)
         self.report("projection_cost", pg16 / insert16)
-        self.report("commit_scaling", (ours16 / ours1) / (pg16 / pg1))
-        self.report("poll_tasks_checked", checked)
+        self.report("commit_scaling", (median("svc", 16) / median("svc", 1)) / (pg16 / pg1))
+        self.report("poll_tasks_checked", len(final))
         self.report("poll_missed", missed)
 
     def batch_figures(self) -> None:
@@ -475,6 +503,10 @@ async def _analyze(url: str) -> None:
 
 
 BATCH_SIZE = 100
+PEERS = ("procrastinate", "pgqueuer")
+"""The peer queues every submit round measures (``peers.py``)."""
+SUBMIT_ROUNDS = 3
+"""Interleaved rounds of the submit part (svc and each peer in every round)."""
 """Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
 PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health",
          "fleet", "cli"]
