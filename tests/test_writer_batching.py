@@ -98,3 +98,43 @@ async def test_a_command_taken_but_never_sent_fails_unchanged_when_the_writer_st
     finally:
         await writer.close()
         await pool.close()
+
+
+async def test_a_kept_connection_serves_the_next_batch_and_a_dead_one_is_replaced(
+        database_url: str) -> None:
+    """The writer keeps the connection a batch left clean for the next batch (no release
+    and acquire per batch); one Postgres ended while it was kept is never used: the next
+    submit commits on a fresh one, and stopping the writer gives every connection back."""
+    pool = await create_pool(database_url, min_size=1, max_size=3, transactions_only=True)
+    writer = LedgerWriter(pool, plan_projection)
+    await writer.start()
+    try:
+        await _submit(writer)
+        first = await _backend_pids(database_url)
+        await _submit(writer)
+        assert await _backend_pids(database_url) == first  # the same one served both
+        admin = await asyncpg.connect(database_url)
+        try:
+            await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE pid = ANY($1::int[])", list(first))
+        finally:
+            await admin.close()
+        await asyncio.sleep(0.2)  # the kept connection sees its end
+        outcome = await _submit(writer)
+        assert outcome.entries, "the submit committed on a fresh connection"
+        assert not (await _backend_pids(database_url)) & first
+    finally:
+        await writer.close()
+    assert pool.get_idle_size() == pool.get_size()  # nothing kept past the stop
+    await pool.close()
+
+
+async def _backend_pids(url: str) -> set[int]:
+    """The backends of the writer's pool (application ``svc``) that served a statement."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = "
+                                "'svc' AND query LIKE 'WITH a AS MATERIALIZED%'")
+    finally:
+        await conn.close()
+    return {row["pid"] for row in rows}
