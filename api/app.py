@@ -19,7 +19,7 @@ from litestar.middleware import DefineMiddleware
 
 from api.allow import allow_middleware
 from api.attempt_routes import AttemptController
-from api.auth import AuthenticationMiddleware, authorize, undeclared_routes
+from api.auth import AuthenticationMiddleware, undeclared_routes
 from api.auth_actor import ActingWriter
 from api.auth_keys import KeyService
 from api.auth_routes import AuthKeyController
@@ -177,7 +177,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         started = time.perf_counter()
         statements = await plan_projection(conn, entries,
                                            numbered_by_postgres=numbered_by_postgres)
-        observed.projection.observe(time.perf_counter() - started)
+        observed.projected(time.perf_counter() - started)
         return statements
 
     @asynccontextmanager
@@ -191,7 +191,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
         fence_pool = await create_pool(database_url, min_size=1, max_size=pool_size,
                                        statement_cache=statement_cache)
         def count(entries: list[RecordedEntry]) -> None:
-            observed.appends.inc(len(entries))
+            observed.appended(len(entries))
 
         own = LedgerWriter(writer_pool, project_and_measure, on_commit=count)
         writer: Writer = own if relay is None else RelayedWriter(own, relay, on_commit=count)
@@ -232,7 +232,6 @@ def create_app(database_url: str, *, pool_size: int = 10,
         middleware=[middleware(observed), allow_middleware,
                     DefineMiddleware(AuthenticationMiddleware,
                                      sources=services.credential_sources)],
-        guards=[authorize],
         lifespan=[lifespan],
         state=State({"deploy_endpoint": service.deploy_endpoint,
                      "gate_policy": runner.fetch_allow}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
@@ -29,7 +30,7 @@ class Located:
     async def __call__(self, response: Response[Any]) -> Response[Any]:
         """``response``, with ``Location`` when it is a 201."""
         if response.status_code == HTTP_201_CREATED:
-            response.headers["Location"] = self.url(_fields(response.content))
+            response.headers["Location"] = self.url(self._fields(response.content))
         return response
 
     def url(self, answer: dict[str, Any]) -> str:
@@ -37,9 +38,21 @@ class Located:
         return PLACEHOLDER.sub(lambda found: quote(str(answer[found[1]]), safe=""),
                                self.template)
 
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        return tuple(PLACEHOLDER.findall(self.template))
 
-def _fields(content: object) -> dict[str, Any]:
-    """The answer as JSON names: a struct, or the bytes a route encoded itself."""
-    if isinstance(content, bytes | bytearray | memoryview):
-        return dict(msgspec.json.decode(content))
-    return dict(msgspec.to_builtins(content))
+    @cached_property
+    def _decoder(self) -> msgspec.json.Decoder[Any]:
+        """Reads only the template's fields of an encoded answer (the rest is skipped, not
+        built: an answer is a whole task's details)."""
+        wanted = msgspec.defstruct("Wanted", [(name, Any) for name in self._names])
+        return msgspec.json.Decoder(wanted)
+
+    def _fields(self, content: object) -> dict[str, Any]:
+        """The template's fields by JSON name: of a struct, or of the bytes a route encoded
+        itself."""
+        if isinstance(content, bytes | bytearray | memoryview):
+            found = self._decoder.decode(content)
+            return {name: getattr(found, name) for name in self._names}
+        return dict(msgspec.to_builtins(content))

@@ -76,6 +76,8 @@ class Metrics:
                                registry=self.registry)
         self._children: dict[RequestKey, tuple[Counter, Histogram]] = {}
         self._noted: list[tuple[RequestKey, float]] = []
+        self._appended = 0
+        self._projected: list[float] = []
 
     def request(self, route: str, method: str, status: int, elapsed: float) -> None:
         """Note one answered request and its latency (counted with the next batch)."""
@@ -84,10 +86,28 @@ class Metrics:
         if len(noted) >= FLUSH_EVERY:
             self.count_requests()
 
+    def appended(self, entries: int) -> None:
+        """Note ledger entries appended (counted with the noted requests)."""
+        self._appended += entries
+
+    def projected(self, seconds: float) -> None:
+        """Note one batch's projection time (counted with the noted requests)."""
+        self._projected.append(seconds)
+        if len(self._projected) >= FLUSH_EVERY:
+            self.count_requests()
+
     def count_requests(self) -> None:
         """Count the noted requests: per (route, method, status), one increment of its
         counter and one of each latency bucket it touched (:func:`observe_all`); the metric
-        children of each are looked up once per process."""
+        children of each are looked up once per process. The noted appends and projection
+        times are counted with them (with workers sharing files, every update is a locked
+        write: once per batch of requests, not once per commit)."""
+        if self._appended:
+            appended, self._appended = self._appended, 0
+            self.appends.inc(appended)
+        if self._projected:
+            projected, self._projected = self._projected, []
+            observe_all(self.projection, projected)
         noted, self._noted = self._noted, []
         latencies: dict[RequestKey, list[float]] = {}
         for key, elapsed in noted:
@@ -119,7 +139,7 @@ class Metrics:
         (another worker's scrape cannot ask this one to); runs until cancelled."""
         while True:
             await asyncio.sleep(SHARED_FLUSH_S)
-            if self._noted:
+            if self._noted or self._appended or self._projected:
                 self.count_requests()
 
 
