@@ -122,8 +122,8 @@ class Services:
         """Sessions and run commands. (``caller``: see :meth:`provide`.)"""
         return _started(self._sessions)
 
-    def runner_api(self, caller: Caller) -> RunnerApi:
-        """The runner protocol. (``caller``: see :meth:`provide`.)"""
+    def runner_api(self) -> RunnerApi:
+        """The runner protocol (its routes take no caller: a runner token has no scope)."""
         return _started(self._runner)
 
     def key_service(self) -> KeyService:
@@ -144,9 +144,10 @@ class Services:
         return self.settings
 
     def provide(self) -> dict[str, Provide]:
-        """The app's dependencies, by parameter name. The request services take the caller's
-        scope, unused: Litestar resolves the dependencies of one level together in an anyio
-        task group (about 75 µs a request for two plain calls); so each level holds one."""
+        """The app's dependencies, by parameter name. The queue and session services take
+        the caller's scope, unused: Litestar resolves the dependencies of one level together
+        in an anyio task group (about 75 µs a request for two plain calls); so each level of
+        their routes holds one."""
         return {"pool": Provide(self.pool, sync_to_thread=False),
                 "queue_api": Provide(self.queue_api, sync_to_thread=False),
                 "session_api": Provide(self.session_api, sync_to_thread=False),
