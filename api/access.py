@@ -1,5 +1,6 @@
 """What a route declares about who may call it (DESIGN 12), in its ``opt``: read by the
-guard (``api.auth``) and by the OpenAPI document (``security`` of each operation).
+authentication middleware (``api.auth``) and by the OpenAPI document (``security`` of each
+operation).
 
 :data:`OPEN`: anyone (health, readiness, metrics; the docs pages are open by path).
 :func:`role`: an API key holding that role (a read needs ``reader`` unless it names another).

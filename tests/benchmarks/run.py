@@ -505,7 +505,7 @@ async def _analyze(url: str) -> None:
 BATCH_SIZE = 100
 PEERS = ("procrastinate", "pgqueuer")
 """The peer queues every submit round measures (``peers.py``)."""
-SUBMIT_ROUNDS = 3
+SUBMIT_ROUNDS = 5
 """Interleaved rounds of the submit part (svc and each peer in every round)."""
 """Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
 PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health",
