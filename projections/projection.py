@@ -125,6 +125,9 @@ class Projection(Generic[R]):
             quote(name)
         if not self.key or any(k not in types_ for k in self.key):
             raise ValueError(f"{self.table}: key {self.key} is not among its columns")
+        config = self.row_type.__struct_config__
+        if config.omit_defaults or config.array_like:  # the writer reads rows by field name
+            raise ValueError(f"{self.table}: a row type must encode every field by name")
         object.__setattr__(self, "_types", types_)
 
     @property
