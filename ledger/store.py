@@ -170,31 +170,13 @@ class Committed:
     shift: int
 
 
-class _EntryRow(msgspec.Struct, array_like=False):
-    """One entry as the insert statement reads it (``json_to_recordset``). The payload is a
-    JSON string holding the event's JSON text, so the stored text is byte for byte the one
-    the hash chain covers; ``n`` is the entry's place in the batch."""
-
-    n: int
-    stream_type: str
-    stream_id: str
-    stream_version: int
-    event_type: str
-    payload: str
-    actor: str
-    recorded_at: datetime
-
-
-_entry_rows = msgspec.json.Encoder()
-
-
 def prepare_append(base: int, pending: Sequence[PendingEvent]) -> Prepared:
     """The entries of ``pending`` numbered ``base + 1 …`` (``base`` 0 when Postgres numbers
     them, see :func:`commit`); an event holding U+0000 is refused here."""
-    rows: list[_EntryRow] = []
+    columns: list[list[object]] = [[] for _ in range(7)]
     recorded: list[RecordedEntry] = []
     tails: list[bytes] = []
-    for n, item in enumerate(pending, 1):
+    for seq, item in enumerate(pending, base + 1):
         payload = event_encoder.encode(item.event)
         refuse_nul(payload)
         event_type = event_type_of(item.event)
@@ -202,13 +184,14 @@ def prepare_append(base: int, pending: Sequence[PendingEvent]) -> Prepared:
             stream_type=item.stream_type, stream_id=item.stream_id,
             stream_version=item.stream_version, event_type=event_type, actor=item.actor,
             recorded_at=item.recorded_at, payload=payload))
-        rows.append(_EntryRow(n, item.stream_type, item.stream_id, item.stream_version,
-                              event_type, payload.decode(), item.actor, item.recorded_at))
-        recorded.append(RecordedEntry(base + n, item.stream_type, item.stream_id,
+        row = (item.stream_type, item.stream_id, item.stream_version, event_type,
+               payload.decode(), item.actor, item.recorded_at)
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+        recorded.append(RecordedEntry(seq, item.stream_type, item.stream_id,
                                       item.stream_version, item.event, item.actor,
                                       item.recorded_at))
-    insert = (SQL["insert_entries"], (_entry_rows.encode(rows).decode(),)) if pending else None
-    return Prepared(recorded, tails, insert)
+    return Prepared(recorded, tails, (SQL["insert_entries"], columns) if pending else None)
 
 
 async def commit(conn: DbConnection, after: Head | None, prepared: Prepared,

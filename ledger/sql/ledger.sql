@@ -13,12 +13,12 @@ SELECT last_seq, last_hash, epoch FROM ledger_head WHERE id = 1
 -- name: insert_entries
 INSERT INTO ledger (change_seq, stream_type, stream_id, stream_version, event_type,
                     payload, actor, recorded_at, prev_hash, hash)
-SELECT a.base + e.n, e.stream_type, e.stream_id, e.stream_version, e.event_type,
-       e.payload::json, e.actor, e.recorded_at,
-       CASE WHEN e.n = 1 THEN a.prev ELSE a.hashes[e.n::int - 1] END, a.hashes[e.n::int]
-FROM a, json_to_recordset($1::json)
-        AS e(n bigint, stream_type text, stream_id text, stream_version integer,
-             event_type text, payload text, actor text, recorded_at timestamptz)
+SELECT a.base + e.n, e.stream_type, e.stream_id, e.stream_version, e.event_type, e.payload,
+       e.actor, e.recorded_at, CASE WHEN e.n = 1 THEN a.prev ELSE a.hashes[e.n::int - 1] END,
+       a.hashes[e.n::int]
+FROM a, unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::json[], $6::text[],
+               $7::timestamptz[]) WITH ORDINALITY
+        AS e(stream_type, stream_id, stream_version, event_type, payload, actor, recorded_at, n)
 
 -- name: read_streams
 SELECT change_seq, stream_type, stream_id, stream_version, event_type, payload::text AS payload,
