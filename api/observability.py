@@ -84,24 +84,24 @@ class Metrics:
         noted = self._noted
         noted.append(((route, method, status), elapsed))
         if len(noted) >= FLUSH_EVERY:
-            self.count_requests()
+            self.count_noted()
 
     def appended(self, entries: int) -> None:
-        """Note ledger entries appended (counted with the noted requests)."""
+        """Note ledger entries appended (counted with the next batch)."""
         self._appended += entries
 
     def projected(self, seconds: float) -> None:
-        """Note one batch's projection time (counted with the noted requests)."""
+        """Note one commit's projection time (counted with the next batch)."""
         self._projected.append(seconds)
         if len(self._projected) >= FLUSH_EVERY:
-            self.count_requests()
+            self.count_noted()
 
-    def count_requests(self) -> None:
-        """Count the noted requests: per (route, method, status), one increment of its
-        counter and one of each latency bucket it touched (:func:`observe_all`); the metric
-        children of each are looked up once per process. The noted appends and projection
-        times are counted with them (with workers sharing files, every update is a locked
-        write: once per batch of requests, not once per commit)."""
+    def count_noted(self) -> None:
+        """Count what was noted: the ledger appends, the projection times, and per (route,
+        method, status) one increment of its counter and one of each latency bucket it
+        touched (:func:`observe_all`); the metric children of each are looked up once per
+        process. With workers sharing files every update is a locked write: made once per
+        batch of requests, not once per request or commit."""
         if self._appended:
             appended, self._appended = self._appended, 0
             self.appends.inc(appended)
@@ -123,9 +123,9 @@ class Metrics:
             observe_all(children[1], amounts)
 
     def render(self, *extra: Iterable[Metric]) -> bytes:
-        """The Prometheus text exposition (every noted request counted): the counters (of
+        """The Prometheus text exposition (everything noted counted): the counters (of
         every worker when shared), the build, the process metrics, and ``extra`` families."""
-        self.count_requests()
+        self.count_noted()
         if self.shared is None:
             counters: Iterable[Metric] = self.registry.collect()
         else:
@@ -135,12 +135,12 @@ class Metrics:
                                          process_families(self.shared), *extra))
 
     async def count_periodically(self) -> None:
-        """With shared counters: count the noted requests every :data:`SHARED_FLUSH_S`
+        """With shared counters: count what was noted every :data:`SHARED_FLUSH_S`
         (another worker's scrape cannot ask this one to); runs until cancelled."""
         while True:
             await asyncio.sleep(SHARED_FLUSH_S)
             if self._noted or self._appended or self._projected:
-                self.count_requests()
+                self.count_noted()
 
 
 def observe_all(histogram: Histogram, amounts: list[float]) -> None:

@@ -36,17 +36,11 @@ class Merge(StrEnum):
     ADD = "add"  # the row holds deltas: non-key columns are added to the stored ones
 
 
-def quote(name: str) -> str:
-    """A declared identifier, quoted for SQL (only lower-case names are declared)."""
-    if not _IDENTIFIER.fullmatch(name):
+def quote(name: str, shape: re.Pattern[str] = _IDENTIFIER) -> str:
+    """A declared identifier, quoted for SQL: a lower-case name (tables and columns), or
+    with ``shape`` :data:`_ENCODED_NAME` a field's encoded JSON name (possibly camelCase)."""
+    if not shape.fullmatch(name):
         raise ValueError(f"not a projection identifier: {name!r}")
-    return f'"{name}"'
-
-
-def _quote_encoded(name: str) -> str:
-    """A field's encoded JSON name (a declared identifier, possibly camelCase), quoted."""
-    if not _ENCODED_NAME.fullmatch(name):
-        raise ValueError(f"not a projection field name: {name!r}")
     return f'"{name}"'
 
 
@@ -227,7 +221,7 @@ class Projection(Generic[R]):
     def _recordset(self) -> str:
         """The column definitions that read :meth:`encoded` rows: each column under the name
         msgspec encodes its field with (a row type may rename fields, e.g. to camelCase)."""
-        return ", ".join(f"{_quote_encoded(e)} {self._types[c][0]}"
+        return ", ".join(f"{quote(e, _ENCODED_NAME)} {self._types[c][0]}"
                          for c, e in zip(self.columns, self._encoded_names, strict=True))
 
     @cached_property
@@ -238,8 +232,8 @@ class Projection(Generic[R]):
     def _shifted(self) -> str:
         """The select list of :attr:`upsert_sql`: a ``change_seq`` column moves with the
         batch's entries when Postgres numbered them (``ledger.together.SEQ_SHIFT``)."""
-        return ", ".join(f"u.{_quote_encoded(e)} + {SEQ_SHIFT}" if c == SEQ_COLUMN
-                         else f"u.{_quote_encoded(e)}"
+        return ", ".join(f"u.{quote(e, _ENCODED_NAME)} + {SEQ_SHIFT}" if c == SEQ_COLUMN
+                         else f"u.{quote(e, _ENCODED_NAME)}"
                          for c, e in zip(self.columns, self._encoded_names, strict=True))
 
     @property

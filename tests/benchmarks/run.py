@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -128,9 +129,7 @@ class Bench:
         seconds = max(2, self.seconds // 2)
         rounds: list[dict[tuple[str, int], float]] = []
         cpu = served = 0.0
-        with self.api(api_url) as base:
-            poller = tools.Poller(base)
-            poller.start()
+        with self.api(api_url) as base, _followed(base, api_url) as poll:
             for _ in range(SUBMIT_ROUNDS):
                 rates: dict[tuple[str, int], float] = {}
                 for clients in (16, 1):
@@ -144,10 +143,6 @@ class Bench:
                     cpu += tools.group_cpu_seconds(self.server_group) - before
                     served += rates[("svc", clients)] * seconds
                 rounds.append(rates)
-            asyncio.run(_settled(api_url))  # wrk leaves requests in flight: they still commit
-            poller.stop()
-            final = asyncio.run(_versions(api_url))
-        missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
 
         def median(name: str, clients: int) -> float:
             return statistics.median(r[(name, clients)] for r in rounds)
@@ -172,8 +167,8 @@ class Bench:
         self.report("http_submit_server_cpu_ms_per_req", cpu * 1000 / served)
         self.report("projection_cost", pg16 / insert16)
         self.report("commit_scaling", (median("svc", 16) / median("svc", 1)) / (pg16 / pg1))
-        self.report("poll_tasks_checked", len(final))
-        self.report("poll_missed", missed)
+        self.report("poll_tasks_checked", poll.checked)
+        self.report("poll_missed", poll.missed)
 
     def batch_figures(self) -> None:
         """Batch submit (``POST /queue/tasks/batch``, :data:`BATCH_SIZE` tasks a request,
@@ -273,11 +268,12 @@ class Bench:
         rates: dict[int, float] = {}
         for workers in (1, 2):
             url = self.database(f"bench_workers{workers}")
-            with self.api(url, "--workers", str(workers)) as base:
-                rates[workers], _, missed, _ = _submit_with_poller(
-                    base, url, self.seconds, one_client=False)
+            with self.api(url, "--workers", str(workers)) as base, \
+                    _followed(base, url) as poll:
+                rates[workers], _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=16,
+                                              seconds=self.seconds, script="submit.lua")
             self.report(f"http_submit_rps_16_workers{workers}", rates[workers])
-            self.report(f"poll_missed_workers{workers}", missed)
+            self.report(f"poll_missed_workers{workers}", poll.missed)
         self.report("workers2_vs_1", rates[2] / rates[1])
 
     def read_figures(self) -> None:
@@ -362,21 +358,27 @@ class Bench:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _submit_with_poller(base: str, url: str, seconds: int, *,
-                        one_client: bool = True) -> tuple[float, float, int, int]:
-    """(rps with 16 clients, rps with 1 client or 0, tasks the poller missed, tasks checked):
-    wrk submits while a poller follows ``updatedAfter``; every final version must be seen."""
+@dataclass
+class PollCheck:
+    """What the poller of :func:`_followed` missed of the tasks' final versions."""
+
+    missed: int = 0
+    checked: int = 0
+
+
+@contextlib.contextmanager
+def _followed(base: str, url: str) -> Iterator[PollCheck]:
+    """A poller follows ``updatedAfter`` while the block submits; after it, every task's
+    final version must have been seen (the check is filled in)."""
+    check = PollCheck()
     poller = tools.Poller(base)
     poller.start()
-    ours16, _ = tools.wrk(f"{base}/api/v1/queue/tasks", clients=16, seconds=seconds,
-                          script="submit.lua")
-    ours1 = (tools.wrk(f"{base}/api/v1/queue/tasks", clients=1, seconds=seconds,
-                       script="submit.lua")[0] if one_client else 0.0)
+    yield check
     asyncio.run(_settled(url))  # wrk leaves requests in flight: they still commit
     poller.stop()
     final = asyncio.run(_versions(url))
-    missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
-    return ours16, ours1, missed, len(final)
+    check.missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
+    check.checked = len(final)
 
 
 def _serve_help() -> str:
@@ -503,11 +505,11 @@ async def _analyze(url: str) -> None:
 
 
 BATCH_SIZE = 100
+"""Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
 PEERS = ("procrastinate", "pgqueuer")
 """The peer queues every submit round measures (``peers.py``)."""
 SUBMIT_ROUNDS = 5
 """Interleaved rounds of the submit part (svc and each peer in every round)."""
-"""Tasks per request of the ``batch`` part (and per call of the peers' batch APIs)."""
 PARTS = ["submit", "batch", "list", "workers", "dispatch", "read", "replay", "mask", "health",
          "fleet", "cli"]
 """Every part of a run, in order (the ratios of issue 16 first)."""
