@@ -89,17 +89,20 @@ class JoinedWrites:
 
     def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
         self._transport = transport
-        self._cycle = cycle
+        self._cycle: RequestResponseCycle | None = None if cycle.scope["method"] == "HEAD" \
+            else cycle
+        """The cycle until its header block is held (the cycle holds this object as its
+        transport: let go of it then, or every request's cycle would wait for the cyclic
+        garbage collector, with everything its scope holds)."""
         self._held: bytes | None = None
-        self._first = cycle.scope["method"] != "HEAD"
 
     def write(self, data: bytes) -> None:
         """Hold the header block (the cycle's first write once its response started);
         send it together with the next write."""
         if self._held is not None:
             data, self._held = self._held + data, None
-        elif self._first and self._cycle.response_started:
-            self._first = False
+        elif self._cycle is not None and self._cycle.response_started:
+            self._cycle = None
             self._held = data
             return
         self._transport.write(data)
