@@ -35,6 +35,7 @@ from api.run_routes import RunnerJobController
 from api.runner_routes import RunnerController
 from api.runner_service import RunnerApi
 from api.scoping import provide_caller
+from api.server import settle_heap
 from api.services import QueueApi, SessionApi
 from api.session_routes import RunCommandController, SessionController
 from api.settings import ServiceSettings
@@ -161,11 +162,13 @@ class Services:
 def create_app(database_url: str, *, pool_size: int = 10,
                settings: RunnerSettings | None = None,
                service: ServiceSettings | None = None,
-               metrics_dir: Path | None = None) -> Litestar:
+               metrics_dir: Path | None = None, long_lived: bool = False) -> Litestar:
     """The API bound to one database; the pool, ledger writer and dispatcher live with it.
     ``service``: the server's settings (default: read from the environment, as ``svc serve``
     reads them); ``settings``: the runner's (default: built from ``service``);
-    ``metrics_dir``: where the workers of ``svc serve --workers N`` share their counters."""
+    ``metrics_dir``: where the workers of ``svc serve --workers N`` share their counters;
+    ``long_lived``: the app is its process's one app until it exits (``svc serve``): once
+    started, its heap is settled (:func:`api.server.settle_heap`)."""
     service = service or ServiceSettings.from_env()
     runner = settings or service.runner()
     statement_cache = not service.pgbouncer
@@ -234,6 +237,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
                     DefineMiddleware(AuthenticationMiddleware,
                                      sources=services.credential_sources)],
         lifespan=[lifespan],
+        on_startup=[settle_heap] if long_lived else [],
         state=State({"deploy_endpoint": service.deploy_endpoint,
                      "gate_policy": runner.fetch_allow}),
         exception_handlers={Exception: handle_exception},

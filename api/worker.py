@@ -41,7 +41,7 @@ def create(settings: bytes) -> Litestar:
     assert service.database_url is not None, "svc serve hands its workers the database"
     shared = os.environ.get(MULTIPROC_ENV)  # set by the supervisor: counters in its files
     return create_app(service.database_url, settings=service.runner(), service=service,
-                      metrics_dir=Path(shared) if shared else None)
+                      metrics_dir=Path(shared) if shared else None, long_lived=True)
 
 
 PR_SET_PDEATHSIG = 1

@@ -181,7 +181,8 @@ def serve(
     try:
         service = msgspec.structs.replace(service, database_url=url)  # resolved
         if workers == 1:
-            uvicorn.run(create_app(url, settings=settings, service=service), **options)
+            uvicorn.run(create_app(url, settings=settings, service=service, long_lived=True),
+                        **options)
         else:  # each worker builds the app from these settings (uvicorn's supervisor)
             started = supervise_with_relay(service, **options)
     except KeyboardInterrupt:
