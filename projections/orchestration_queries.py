@@ -72,7 +72,10 @@ class RunningTurn(msgspec.Struct, frozen=True, kw_only=True):
     held by a live token, no exit or end recorded): then only its driver has news."""
 
     session_id: str
-    runner_job_id: str
+    runner_job_id: str | None
+    """None: the session has no started turn (one is reserved: its job is being created)."""
+    change_seq: int
+    """The session's: where the next page of running sessions starts."""
     quiet: bool
 
 
@@ -186,15 +189,16 @@ async def running_sessions(db: Queryable, limit: int) -> list[str]:
                                                    SessionStatus.RUNNING)]
 
 
-async def running_turns(db: Queryable, limit: int, renewed_since: datetime
-                        ) -> list[RunningTurn]:
-    """The started turns of the first ``limit`` running sessions (those of
-    :func:`running_sessions`, in its order), each with whether its job is quiet: its lease
-    renewed at or after ``renewed_since`` by the token it holds, no exit or end recorded."""
+async def running_turns(db: Queryable, limit: int, renewed_since: datetime,
+                        after_seq: int = 0) -> list[RunningTurn]:
+    """The started turns of the first ``limit`` running sessions changed after ``after_seq``
+    (in the order of :func:`running_sessions`: a page; a session with none is a turn with no
+    job), each with whether its job is quiet: its lease renewed at or after
+    ``renewed_since`` by the token it holds, no exit or end recorded."""
     return _RUNNING.many(await db.fetch(
         TURNS_SQL["running_turns"], limit, SessionStatus.RUNNING, renewed_since,
         [EVENT_TYPES[JobExited], EVENT_TYPES[JobEnded]],
-        TurnStatus.RUNNING))
+        TurnStatus.RUNNING, after_seq))
 
 
 async def latest_turn_job(db: Queryable, session_id: str) -> str | None:

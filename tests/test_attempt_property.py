@@ -33,6 +33,7 @@ from runner_assembly.drivers.protocol import (
     JobHandle,
     JobSpec,
     JobStatus,
+    StatusEach,
 )
 from runner_assembly.orchestration.wiring import orchestration
 from runner_assembly.settings import RunnerSettings
@@ -46,7 +47,7 @@ OUTCOMES = st.sampled_from([COMPLETED, FAILED, BLOCKED])
 SHARED_ATTEMPT_ID = "att_shared"
 
 
-class ScriptedDriver:
+class ScriptedDriver(StatusEach):
     """Jobs live in memory; a rule decides how each one ends."""
 
     name = "scripted"

@@ -416,6 +416,37 @@ async def test_pod_status_is_the_fallback_when_the_runner_could_not_report(
         assert "OOMKilled" in (seen.failure_message or "")
 
 
+async def test_the_statuses_of_many_jobs_cost_two_calls_and_match_each_status(
+    kmock: Any, tmp_path: Path
+) -> None:
+    driver = driver_for(kmock)
+    await driver.create(spec_of(plan_of(tmp_path)))
+    jobs = ["job_01abc", *(f"job_gone{n}" for n in range(20))]
+    asked = len(list(kmock))
+    seen = await driver.statuses(jobs)
+    calls = list(kmock)[asked:]
+    assert sorted(call.url.path for call in calls) == [POD, JOBS]  # not two per job
+    assert all("svc-runner" in str(call.url) for call in calls), "the runner label selector"
+    assert seen == {job: await driver.status(job) for job in jobs}
+    assert seen["job_01abc"].state == "running"
+    assert {seen[job].failure_kind for job in jobs[1:]} == {"infra-failed"}  # vanished
+    kmock[f"get {POD}"] << pod_with({"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
+    lost = (await driver.statuses(["job_01abc"]))["job_01abc"]
+    assert (lost.state, lost.failure_kind, lost.exit_code) == ("failed", "runner-lost", 137)
+    assert await driver.statuses([]) == {}
+
+
+async def test_statuses_are_unknown_while_the_api_does_not_answer(
+    kmock: Any, tmp_path: Path
+) -> None:
+    driver = driver_for(kmock)
+    await driver.create(spec_of(plan_of(tmp_path)))
+    kmock[f"get {JOBS}"] << 503 << {"message": f"busy {SECRET_CANARY}"}
+    seen = await driver.statuses(["job_01abc", "job_gone"])
+    assert {status.state for status in seen.values()} == {"running"}  # ask again later
+    assert not any(status.failure_message for status in seen.values())
+
+
 @pytest.mark.parametrize("mode", ["bwrap", "off"])
 def test_the_pod_sandbox_setting_reaches_every_job_and_the_banner(
     tmp_path: Path, mode: str

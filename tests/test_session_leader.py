@@ -23,6 +23,7 @@ from api.app import create_app
 from ledger import leases
 from ledger.leadership import Leadership
 from projections import orchestration_queries as oq
+from runner_assembly.orchestration import session_service
 from runner_assembly.settings import RunnerSettings
 from tests.conftest import app_client, free_port, listening
 from tests.support import fetch_value
@@ -107,6 +108,49 @@ def _app(url: str, settings: RunnerSettings, port: int) -> Any:
 
 async def _is(found: Awaitable[object], expected: object) -> bool:
     return await found == expected
+
+
+async def test_the_loop_pages_through_every_running_session(
+        app_url: str, runner_settings: RunnerSettings, monkeypatch: Any) -> None:
+    """Pages of two: the runners of the two newest of five sessions are killed while the
+    three oldest beat on, and the loop still finds them (it once looked at the first page
+    only, which the live ones fill for as long as they run)."""
+    monkeypatch.setattr(session_service, "SYNC_BATCH", 2)
+    settings = dataclasses.replace(runner_settings, runner_heartbeat_s=1.0,
+                                   runner_lease_s=120.0)
+    async with app_client(app_url, settings) as client:
+        tasks, jobs = [], []
+        for _ in range(5):
+            tasks.append(await submit(client, "sleep: 600"))
+            jobs.append((await dispatch(client, tasks[-1]))["latestAttempt"]["runnerJobId"])
+        pool = await asyncpg.create_pool(app_url, min_size=1, max_size=2)
+        try:
+            async def all_quiet() -> bool:
+                since = datetime.now(UTC) - timedelta(seconds=120)
+                turns = await oq.running_turns(pool, 100, since)
+                return sorted(t.runner_job_id or "" for t in turns if t.quiet) == sorted(jobs)
+
+            await until(all_quiet, "five jobs beating", 120)
+            for job in jobs[3:]:
+                os.kill(int((Path(settings.jobs_dir) / job / "pid").read_text()),
+                        signal.SIGKILL)
+
+            async def turns() -> dict[str, str]:
+                rows = await pool.fetch("SELECT runner_job_id, status FROM session_turn"
+                                        " WHERE runner_job_id = ANY($1::text[])", jobs)
+                return {row["runner_job_id"]: row["status"] for row in rows}
+
+            async def killed_found() -> bool:
+                status = await turns()
+                return all(status[job] == "failed" for job in jobs[3:])
+
+            await until(killed_found, "the killed runners' turns finished", 60)
+            assert [(await turns())[job] for job in jobs[:3]] == ["running"] * 3
+        finally:
+            await pool.close()
+            for task_id in tasks[:3]:
+                await client.post(f"/api/v1/queue/tasks/{task_id}/cancel",
+                                  json={"reason": "test over"})
 
 
 async def test_a_quiet_job_costs_its_driver_a_look_and_a_killed_runner_is_found_at_once(

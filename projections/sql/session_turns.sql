@@ -32,16 +32,18 @@ SELECT run_id, task_id, attempt_id, session_id, conversation_id, backend_profile
 FROM run_record WHERE run_id = $1
 
 -- name: running_turns
--- The started turns of the first $1 running sessions (oldest change first: the sessions
--- running_sessions names), each with whether its job is quiet: its lease renewed at or after
--- $3 by a token the row still holds (let go at the job's exit, gone at its end) and neither
--- an exit nor an end in its stream ($4). A job that is not quiet needs the whole look.
-SELECT t.session_id, t.runner_job_id,
+-- The started turns of the first $1 running sessions changed after $6 (oldest change first:
+-- a page; the next starts after its last change_seq; a session with no started turn is a row
+-- with no job), each with its session's change_seq and whether its job is quiet: its lease
+-- renewed at or after $3 by a token the row still holds (let go at the job's exit, gone at
+-- its end) and neither an exit nor an end in its stream ($4). A job that is not quiet needs
+-- the whole look.
+SELECT s.session_id, t.runner_job_id, s.change_seq,
        coalesce(l.last_seen >= $3 AND l.token_sha256 IS NOT NULL, false)
        AND NOT EXISTS (SELECT 1 FROM ledger e WHERE e.stream_id = t.runner_job_id
                        AND e.event_type = ANY($4::text[])) AS quiet
 FROM (SELECT session_id, change_seq FROM session_summary WHERE state = $2
-      ORDER BY change_seq LIMIT $1) s
-JOIN session_turn t ON t.session_id = s.session_id AND t.status = $5
+      AND change_seq > $6 ORDER BY change_seq LIMIT $1) s
+LEFT JOIN session_turn t ON t.session_id = s.session_id AND t.status = $5
 LEFT JOIN runner_job_leases l ON l.runner_job_id = t.runner_job_id
 ORDER BY s.change_seq, t.created_at

@@ -17,6 +17,7 @@ session) it creates in ``spec.json``; the runner gets no other way in.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from ledger.states import FailureKind
 from runner_assembly.drivers.protocol import (
@@ -56,6 +57,10 @@ class FaultyDriver:
     async def status(self, runner_job_id: str) -> JobStatus:
         """As the wrapped driver."""
         return await self.inner.status(runner_job_id)
+
+    async def statuses(self, runner_job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """As the wrapped driver."""
+        return await self.inner.statuses(runner_job_ids)
 
     async def cancel(self, runner_job_id: str) -> None:
         """As the wrapped driver."""

@@ -24,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -58,6 +59,10 @@ def drop_bodies(record: logging.LogRecord) -> bool:
 
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+RUNNERS = "app.kubernetes.io/name=svc-runner,app.kubernetes.io/managed-by=svc"
+"""The label selector of every runner Job and its pods (:func:`k8s_objects.labels`)."""
+VANISHED = JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
+                     failure_message="the runner job vanished")
 REQUEST_TIMEOUT = (5.0, 15.0)
 
 
@@ -145,6 +150,11 @@ class KubernetesDriver:
         """The Job's state: succeeded → completed, failed → failed, else running."""
         return await asyncio.to_thread(self._status, runner_job_id)
 
+    async def statuses(self, runner_job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """:meth:`status` of each job from one list of the runner Jobs and one of their
+        pods (two API calls, however many jobs), not two calls a job."""
+        return await asyncio.to_thread(self._statuses, list(runner_job_ids))
+
     def _status(self, runner_job_id: str) -> JobStatus:
         name = job_name(runner_job_id)
         try:
@@ -152,31 +162,64 @@ class KubernetesDriver:
                                                    _request_timeout=self.request_timeout)
         except ApiException as error:
             if error.status == 404:
-                return JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
-                                 failure_message="the runner job vanished")
+                return VANISHED
             return JobStatus(JobState.RUNNING)  # unknown for now: ask again later
         except urllib3.exceptions.HTTPError:
             return JobStatus(JobState.RUNNING)
+        return self._status_of(found, partial(self._pods, runner_job_id))
+
+    def _statuses(self, runner_job_ids: list[str]) -> dict[str, JobStatus]:
+        if not runner_job_ids:
+            return {}
+        try:
+            jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUNNERS,
+                                                  _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return dict.fromkeys(runner_job_ids, JobStatus(JobState.RUNNING))  # ask later
+        by_name = {getattr(job.metadata, "name", None): job for job in jobs.items or []}
+        pods = functools.cache(self._runner_pods)  # listed once, if a Job's status needs it
+        seen = {}
+        for job in runner_job_ids:
+            found = by_name.get(job_name(job))
+            seen[job] = VANISHED if found is None else self._status_of(
+                found, partial(_pods_of, pods, job))
+        return seen
+
+    def _runner_pods(self) -> dict[str, list[Any]] | None:
+        """Every runner pod by its job (None: the API did not answer)."""
+        try:
+            pods = self.core.list_namespaced_pod(self.namespace, label_selector=RUNNERS,
+                                                 _request_timeout=self.request_timeout)
+        except (ApiException, urllib3.exceptions.HTTPError):
+            return None
+        by_job: dict[str, list[Any]] = {}
+        for pod in pods.items or []:
+            job = (getattr(pod.metadata, "labels", None) or {}).get("svc/runner-job-id")
+            by_job.setdefault(str(job), []).append(pod)
+        return by_job
+
+    def _status_of(self, found: Any, pods: Callable[[], list[Any] | None]) -> JobStatus:
+        """The state of the Job ``found``; ``pods`` gives its pods (None: the API did not
+        answer), asked for only when the Job's own status does not decide."""
         status = found.status
         if status is None:
-            return self._pod_view(runner_job_id)
+            return self._pod_view(pods())
         started = _moment(status.start_time)
         if status.succeeded:
             return JobStatus(JobState.COMPLETED, exit_code=0, started_at=started,
                              finished_at=_moment(status.completion_time)
                              or _ended(status, "Complete"))
         if status.failed:
-            fallback = _pod_fallback(self._pods(runner_job_id)) or JobStatus(
+            fallback = _pod_fallback(pods()) or JobStatus(
                 JobState.FAILED, failure_kind=FailureKind.RUNNER_LOST,
                 failure_message="the runner job's pod failed without reporting its exit")
             return dataclasses.replace(fallback, started_at=started,
                                        finished_at=_ended(status, "Failed"))
-        return self._pod_view(runner_job_id)
+        return self._pod_view(pods())
 
-    def _pod_view(self, runner_job_id: str) -> JobStatus:
+    def _pod_view(self, pods: list[Any] | None) -> JobStatus:
         """A Job still on: its pods' fallback outcome (kubelet's refusal to mount a secret
         included), else running, with the sign of life its pods show."""
-        pods = self._pods(runner_job_id)
         return _pod_fallback(pods) or self._mount_refusal(pods) \
             or JobStatus(JobState.RUNNING, alive_at=pods_alive_at(pods))
 
@@ -254,6 +297,13 @@ class KubernetesDriver:
             if error.status != 404:
                 raise DriverError(FailureKind.INFRA_FAILED, f"kubernetes could not delete the Job "
                                   f"(HTTP {error.status})") from None
+
+
+def _pods_of(listed: Callable[[], dict[str, list[Any]] | None], runner_job_id: str
+             ) -> list[Any] | None:
+    """The job's pods in ``listed()`` (None: the API did not answer)."""
+    by_job = listed()
+    return None if by_job is None else by_job.get(runner_job_id, [])
 
 
 def _containers(pod: Any) -> list[Any]:

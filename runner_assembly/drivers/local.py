@@ -42,6 +42,7 @@ from runner_assembly.drivers.protocol import (
     JobHandle,
     JobSpec,
     JobStatus,
+    StatusEach,
 )
 from runner_assembly.processes import process_exists
 from runner_assembly.runner.jobfiles import write_atomically, write_private
@@ -96,7 +97,7 @@ CANCELLED_MARK = "cancelled"
 """The driver's own note that it stopped the job (its runner reports nothing then)."""
 
 
-class LocalDriver:
+class LocalDriver(StatusEach):
     """Runner jobs as local processes under ``jobs_dir``."""
 
     name = "local"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, cast
@@ -100,6 +101,11 @@ class RunnerDriver(Protocol):
         """The job's current state."""
         ...
 
+    async def statuses(self, runner_job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """:meth:`status` of each job, as cheaply as the driver can (the session loop asks
+        it of every quiet job each round)."""
+        ...
+
     async def cancel(self, runner_job_id: str) -> None:
         """Stop the job (no error if it has already ended)."""
         ...
@@ -111,3 +117,13 @@ class RunnerDriver(Protocol):
     async def delete_volume(self, volume: dict[str, object]) -> None:
         """Remove a session volume (no error if it is gone)."""
         ...
+
+
+class StatusEach:
+    """:meth:`RunnerDriver.statuses` as one :meth:`RunnerDriver.status` a job: for a driver
+    whose status costs no remote call."""
+
+    async def statuses(self: RunnerDriver, runner_job_ids: Sequence[str]
+                       ) -> dict[str, JobStatus]:
+        """Each job's :meth:`RunnerDriver.status`, one after the other."""
+        return {job: await self.status(job) for job in runner_job_ids}

@@ -96,21 +96,39 @@ class SessionService:
                 await self.protocol.end(job, str(status.state))
 
     async def sync_running(self) -> None:
-        """Follow every running session once (the background loop): one query names the
-        started turns and whether each job is quiet (lease fresh, no exit or end recorded);
-        a quiet job's driver is asked whether it is still there, and only a session with a
-        job that is not quiet, or gone, is followed in full (:meth:`sync`)."""
+        """Follow every running session once (the background loop), a page of
+        :data:`SYNC_BATCH` sessions at a time: one query names a page's started turns and
+        whether each job is quiet (lease fresh, no exit or end recorded); the driver is asked
+        about the page's quiet jobs together (:meth:`RunnerDriver.statuses`: one list for
+        Kubernetes), and only a session with a job that is not quiet, or gone, is followed in
+        full (:meth:`sync`)."""
         moment = datetime.now(UTC)
-        turns = await oq.running_turns(self.pool, SYNC_BATCH, moment - self.protocol.lease)
+        after, followed = 0, set[str]()
+        while True:
+            turns = await oq.running_turns(self.pool, SYNC_BATCH, moment - self.protocol.lease,
+                                           after)
+            await self._follow([turn for turn in turns if turn.session_id not in followed])
+            sessions = {turn.session_id for turn in turns}
+            followed |= sessions  # a session that changed meanwhile comes again: once is enough
+            if len(sessions) < SYNC_BATCH:
+                return
+            after = turns[-1].change_seq
+
+    async def _follow(self, turns: list[oq.RunningTurn]) -> None:
+        """Follow the sessions of a page whose job is not quiet or is gone."""
+        quiet = [turn.runner_job_id for turn in turns if turn.quiet and turn.runner_job_id]
+        try:
+            seen = await self.driver.statuses(quiet)
+        except Exception:  # the driver could not say: ask again next round
+            log.exception("asking the driver about %d quiet jobs failed", len(quiet))
+            seen = {}
         look: dict[str, None] = {}
         for turn in turns:
-            if turn.session_id in look:
+            if turn.runner_job_id is None:
                 continue
-            try:
-                if not turn.quiet or (await self.driver.status(turn.runner_job_id)).terminal:
-                    look[turn.session_id] = None
-            except Exception:  # one broken session must not stop the others
-                log.exception("following session %s failed", turn.session_id)
+            status = seen.get(turn.runner_job_id)
+            if not turn.quiet or (status is not None and status.terminal):
+                look[turn.session_id] = None
         for session_id in look:
             try:
                 await self.sync(session_id)
