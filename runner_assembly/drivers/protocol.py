@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -119,11 +120,22 @@ class RunnerDriver(Protocol):
         ...
 
 
+STATUSES_BETWEEN_YIELDS = 32
+"""Local statuses asked in a row before the event loop may serve a request (a local status
+is ~75 µs of file and process calls: 200 jobs would hold it 15 ms)."""
+
+
 class StatusEach:
     """:meth:`RunnerDriver.statuses` as one :meth:`RunnerDriver.status` a job: for a driver
     whose status costs no remote call."""
 
     async def statuses(self: RunnerDriver, runner_job_ids: Sequence[str]
                        ) -> dict[str, JobStatus]:
-        """Each job's :meth:`RunnerDriver.status`, one after the other."""
-        return {job: await self.status(job) for job in runner_job_ids}
+        """Each job's :meth:`RunnerDriver.status`, one after the other, letting the event
+        loop run every :data:`STATUSES_BETWEEN_YIELDS` jobs."""
+        seen = {}
+        for index, job in enumerate(runner_job_ids, 1):
+            seen[job] = await self.status(job)
+            if index % STATUSES_BETWEEN_YIELDS == 0:
+                await asyncio.sleep(0)
+        return seen

@@ -1,0 +1,42 @@
+"""The local driver's statuses of many jobs: each job's own status, asked in a row without
+holding the event loop for the whole fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from runner_assembly.drivers.local import LocalDriver
+from runner_assembly.drivers.protocol import STATUSES_BETWEEN_YIELDS
+
+JOBS = 100
+
+
+async def test_local_statuses_match_each_status_and_let_the_loop_run(tmp_path: Path) -> None:
+    driver = LocalDriver(tmp_path / "jobs", tmp_path / "sessions", sandbox="off")
+    running = [f"job_live{n:03d}" for n in range(JOBS)]
+    for job in running:
+        folder = driver.job_dir(job)
+        folder.mkdir(parents=True)
+        (folder / "pid").write_text(str(os.getpid()))  # a process that runs: this one
+    jobs = [*running, "job_neverseen"]
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    before = ticks
+    seen = await driver.statuses(jobs)
+    during = ticks - before
+    ticker.cancel()
+    assert seen == {job: await driver.status(job) for job in jobs}
+    assert {seen[job].state for job in running} == {"running"}
+    assert seen["job_neverseen"].failure_kind == "runner-lost"
+    assert during >= len(jobs) // STATUSES_BETWEEN_YIELDS  # the loop ran between the rows
+    assert await driver.statuses([]) == {}
