@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import kmock
 import kubernetes_validate
@@ -426,7 +427,9 @@ async def test_the_statuses_of_many_jobs_cost_two_calls_and_match_each_status(
     seen = await driver.statuses(jobs)
     calls = list(kmock)[asked:]
     assert sorted(call.url.path for call in calls) == [POD, JOBS]  # not two per job
-    assert all("svc-runner" in str(call.url) for call in calls), "the runner label selector"
+    selectors = [unquote(call.url.query_string) for call in calls]
+    assert all("svc-runner" in query and "svc/runner-job-id in (job_01abc,job_gone0," in query
+               for query in selectors), selectors  # these jobs' objects, not every runner's
     assert seen == {job: await driver.status(job) for job in jobs}
     assert seen["job_01abc"].state == "running"
     assert {seen[job].failure_kind for job in jobs[1:]} == {"infra-failed"}  # vanished

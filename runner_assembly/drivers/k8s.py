@@ -61,6 +61,14 @@ def drop_bodies(record: logging.LogRecord) -> bool:
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 RUNNERS = "app.kubernetes.io/name=svc-runner,app.kubernetes.io/managed-by=svc"
 """The label selector of every runner Job and its pods (:func:`k8s_objects.labels`)."""
+
+
+def runners_among(runner_job_ids: Sequence[str]) -> str:
+    """The label selector of these jobs' Jobs and pods only (finished Jobs stay listed for a
+    day: the namespace may hold thousands)."""
+    return f"{RUNNERS},svc/runner-job-id in ({','.join(runner_job_ids)})"
+
+
 VANISHED = JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
                      failure_message="the runner job vanished")
 REQUEST_TIMEOUT = (5.0, 15.0)
@@ -151,8 +159,8 @@ class KubernetesDriver:
         return await asyncio.to_thread(self._status, runner_job_id)
 
     async def statuses(self, runner_job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """:meth:`status` of each job from one list of the runner Jobs and one of their
-        pods (two API calls, however many jobs), not two calls a job."""
+        """:meth:`status` of each job from one list of their Jobs and one of their pods (two
+        API calls, however many jobs), not two calls a job."""
         return await asyncio.to_thread(self._statuses, list(runner_job_ids))
 
     def _status(self, runner_job_id: str) -> JobStatus:
@@ -171,13 +179,14 @@ class KubernetesDriver:
     def _statuses(self, runner_job_ids: list[str]) -> dict[str, JobStatus]:
         if not runner_job_ids:
             return {}
+        selector = runners_among(runner_job_ids)
         try:
-            jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUNNERS,
+            jobs = self.batch.list_namespaced_job(self.namespace, label_selector=selector,
                                                   _request_timeout=self.request_timeout)
         except (ApiException, urllib3.exceptions.HTTPError):
             return dict.fromkeys(runner_job_ids, JobStatus(JobState.RUNNING))  # ask later
         by_name = {getattr(job.metadata, "name", None): job for job in jobs.items or []}
-        pods = functools.cache(self._runner_pods)  # listed once, if a Job's status needs it
+        pods = functools.cache(partial(self._runner_pods, selector))  # once, if needed
         seen = {}
         for job in runner_job_ids:
             found = by_name.get(job_name(job))
@@ -185,10 +194,10 @@ class KubernetesDriver:
                 found, partial(_pods_of, pods, job))
         return seen
 
-    def _runner_pods(self) -> dict[str, list[Any]] | None:
-        """Every runner pod by its job (None: the API did not answer)."""
+    def _runner_pods(self, selector: str) -> dict[str, list[Any]] | None:
+        """The runner pods of ``selector`` by their job (None: the API did not answer)."""
         try:
-            pods = self.core.list_namespaced_pod(self.namespace, label_selector=RUNNERS,
+            pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector,
                                                  _request_timeout=self.request_timeout)
         except (ApiException, urllib3.exceptions.HTTPError):
             return None
