@@ -73,14 +73,24 @@ def connection_cap(requested: int, fd_limit: int) -> int:
     return max(1, min(requested, fd_limit - reserve))
 
 
+YOUNG_COLLECTION_AT = 20_000
+"""Tracked objects made (net of those freed) before the youngest generation is collected:
+Python's 700 had a request collect many times while its own objects were alive (a batch of
+tasks builds thousands), each time promoting them, to die a generation up. A request
+leaves no garbage cycle (``tests/test_response_writes.py``), so a higher mark costs no
+memory in the steady state."""
+
+
 def settle_heap() -> None:
     """Once a serving process has started: collect, then move every object it holds into
     the collector's permanent generation. A full collection then walks only what was made
     since (tens of thousands of startup objects: modules, the app, its pools), instead of
     stalling the event loop for tens of milliseconds each time requests in flight were
-    promoted past the youngest generations."""
+    promoted past the youngest generations. From then on the youngest generation is
+    collected every :data:`YOUNG_COLLECTION_AT` objects."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_AT, *gc.get_threshold()[1:])
 
 
 class ConnectionRegistry:
