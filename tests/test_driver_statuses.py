@@ -7,8 +7,9 @@ import asyncio
 import os
 from pathlib import Path
 
+from ledger.states import JobState
 from runner_assembly.drivers.local import LocalDriver
-from runner_assembly.drivers.protocol import STATUSES_BETWEEN_YIELDS
+from runner_assembly.drivers.protocol import STATUSES_BETWEEN_YIELDS, JobStatus
 
 JOBS = 100
 
@@ -40,3 +41,18 @@ async def test_local_statuses_match_each_status_and_let_the_loop_run(tmp_path: P
     assert seen["job_neverseen"].failure_kind == "runner-lost"
     assert during >= len(jobs) // STATUSES_BETWEEN_YIELDS  # the loop ran between the rows
     assert await driver.statuses([]) == {}
+
+
+class OneBroken(LocalDriver):
+    """Every job runs but one, whose status cannot be read."""
+
+    async def status(self, runner_job_id: str) -> JobStatus:
+        if runner_job_id == "job_broken":
+            raise OSError("its folder cannot be read")
+        return JobStatus(JobState.RUNNING)
+
+
+async def test_a_status_that_raises_leaves_only_its_job_unknown(tmp_path: Path) -> None:
+    driver = OneBroken(tmp_path / "jobs", tmp_path / "sessions", sandbox="off")
+    seen = await driver.statuses(["job_a", "job_broken", "job_b"])
+    assert seen == {"job_a": JobStatus(JobState.RUNNING), "job_b": JobStatus(JobState.RUNNING)}

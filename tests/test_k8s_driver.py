@@ -26,6 +26,7 @@ from runner_assembly.assembly import k8s_objects
 from runner_assembly.assembly.defaults import BuiltImage, RuntimeDefaults
 from runner_assembly.assembly.failures import AssemblyFailure
 from runner_assembly.assembly.model import ImageSource
+from runner_assembly.assembly.names import job_name
 from runner_assembly.assembly.plan import Ids, RunnerJobPlan, render_plan
 from runner_assembly.assembly.resolve import Resolver
 from runner_assembly.assembly.secret_store import FileSecretStore
@@ -437,6 +438,20 @@ async def test_the_statuses_of_many_jobs_cost_two_calls_and_match_each_status(
     lost = (await driver.statuses(["job_01abc"]))["job_01abc"]
     assert (lost.state, lost.failure_kind, lost.exit_code) == ("failed", "runner-lost", 137)
     assert await driver.statuses([]) == {}
+
+
+async def test_one_list_of_pods_serves_each_job_of_the_page(kmock: Any, tmp_path: Path) -> None:
+    driver = driver_for(kmock)
+    active = {"active": 1, "startTime": "2026-01-02T03:04:05Z"}
+    kmock[f"get {JOBS}"] << {"apiVersion": "batch/v1", "kind": "JobList", "metadata": {},
+                             "items": [{"metadata": {"name": job_name(job)}, "status": active}
+                                       for job in ("job_01abc", "job_other")]}
+    kmock[f"get {POD}"] << pod_with({"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
+    seen = await driver.statuses(["job_01abc", "job_other", "job_gone"])
+    assert (seen["job_01abc"].state, seen["job_01abc"].exit_code) == ("failed", 137)
+    assert seen["job_other"].state == "running"  # its own pod, not job_01abc's
+    assert seen["job_gone"].failure_kind == "infra-failed"
+    assert len([call for call in kmock if call.url.path == POD]) == 1
 
 
 async def test_statuses_are_unknown_while_the_api_does_not_answer(

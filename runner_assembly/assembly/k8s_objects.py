@@ -44,10 +44,16 @@ RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"},
              "limits": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "8Gi"}}
 
 
+RUNNER_LABELS = {"app.kubernetes.io/name": "svc-runner", "app.kubernetes.io/managed-by": "svc"}
+"""The labels every runner job's objects share (the driver lists its Jobs by them)."""
+RUNNER_JOB_LABEL = "svc/runner-job-id"
+"""The label naming an object's runner job."""
+
+
 def labels(plan: RunnerJobPlan) -> dict[str, str]:
     """Labels every object of one runner job carries."""
-    return {"app.kubernetes.io/name": "svc-runner", "app.kubernetes.io/managed-by": "svc",
-            "svc/run-id": plan.ids.run_id, "svc/runner-job-id": plan.ids.runner_job_id}
+    return {**RUNNER_LABELS, "svc/run-id": plan.ids.run_id,
+            RUNNER_JOB_LABEL: plan.ids.runner_job_id}
 
 
 def session_pvc(plan: RunnerJobPlan) -> K8sObject | None:

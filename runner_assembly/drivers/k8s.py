@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import functools
 import json
 import logging
 import re
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import msgspec
@@ -52,6 +51,7 @@ from runner_assembly.drivers.protocol import (
 )
 
 REST_LOGGER = logging.getLogger("kubernetes.client.rest")
+log = logging.getLogger(__name__)
 
 
 def drop_bodies(record: logging.LogRecord) -> bool:
@@ -59,14 +59,11 @@ def drop_bodies(record: logging.LogRecord) -> bool:
 
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
-RUNNERS = "app.kubernetes.io/name=svc-runner,app.kubernetes.io/managed-by=svc"
-"""The label selector of every runner Job and its pods (:func:`k8s_objects.labels`)."""
-
-
 def runners_among(runner_job_ids: Sequence[str]) -> str:
     """The label selector of these jobs' Jobs and pods only (finished Jobs stay listed for a
     day: the namespace may hold thousands)."""
-    return f"{RUNNERS},svc/runner-job-id in ({','.join(runner_job_ids)})"
+    shared = ",".join(f"{name}={value}" for name, value in k8s_objects.RUNNER_LABELS.items())
+    return f"{shared},{k8s_objects.RUNNER_JOB_LABEL} in ({','.join(runner_job_ids)})"
 
 
 VANISHED = JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
@@ -160,7 +157,8 @@ class KubernetesDriver:
 
     async def statuses(self, runner_job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """:meth:`status` of each job from one list of their Jobs and one of their pods (two
-        API calls, however many jobs), not two calls a job."""
+        API calls, however many jobs, not two a job; a pending pod still costs a list of its
+        events, as in :meth:`status`)."""
         return await asyncio.to_thread(self._statuses, list(runner_job_ids))
 
     def _status(self, runner_job_id: str) -> JobStatus:
@@ -186,12 +184,15 @@ class KubernetesDriver:
         except (ApiException, urllib3.exceptions.HTTPError):
             return dict.fromkeys(runner_job_ids, JobStatus(JobState.RUNNING))  # ask later
         by_name = {getattr(job.metadata, "name", None): job for job in jobs.items or []}
-        pods = functools.cache(partial(self._runner_pods, selector))  # once, if needed
+        pods = cache(partial(self._runner_pods, selector))  # listed once, if needed
         seen = {}
         for job in runner_job_ids:
             found = by_name.get(job_name(job))
-            seen[job] = VANISHED if found is None else self._status_of(
-                found, partial(_pods_of, pods, job))
+            try:
+                seen[job] = VANISHED if found is None else self._status_of(
+                    found, partial(_pods_of, pods, job))
+            except Exception:  # one job's odd object must not hide the others': unknown
+                log.exception("the status of runner job %s could not be read", job)
         return seen
 
     def _runner_pods(self, selector: str) -> dict[str, list[Any]] | None:
@@ -203,7 +204,8 @@ class KubernetesDriver:
             return None
         by_job: dict[str, list[Any]] = {}
         for pod in pods.items or []:
-            job = (getattr(pod.metadata, "labels", None) or {}).get("svc/runner-job-id")
+            job = (getattr(pod.metadata, "labels", None) or {}).get(
+                k8s_objects.RUNNER_JOB_LABEL)
             by_job.setdefault(str(job), []).append(pod)
         return by_job
 
@@ -260,13 +262,13 @@ class KubernetesDriver:
         """The job's pods (None: the API did not answer)."""
         try:
             pods = self.core.list_namespaced_pod(
-                self.namespace, label_selector=f"svc/runner-job-id={runner_job_id}",
+                self.namespace, label_selector=f"{k8s_objects.RUNNER_JOB_LABEL}={runner_job_id}",
                 _request_timeout=self.request_timeout)
         except (ApiException, urllib3.exceptions.HTTPError) :
             return None
         return [pod for pod in pods.items or []  # the selector, checked again: a server
                 if (getattr(pod.metadata, "labels", None) or {}).get(  # may not apply it
-                    "svc/runner-job-id") == runner_job_id]
+                    k8s_objects.RUNNER_JOB_LABEL) == runner_job_id]
 
     async def ensure_volume(self, volume: dict[str, object]) -> str:
         """Resolve or create the session's PVC; its phase (``Pending`` until bound)."""

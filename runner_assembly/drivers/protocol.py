@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -120,6 +121,8 @@ class RunnerDriver(Protocol):
         ...
 
 
+log = logging.getLogger(__name__)
+
 STATUSES_BETWEEN_YIELDS = 32
 """Local statuses asked in a row before the event loop may serve a request (a local status
 is ~75 µs of file and process calls: 200 jobs would hold it 15 ms)."""
@@ -132,10 +135,14 @@ class StatusEach:
     async def statuses(self: RunnerDriver, runner_job_ids: Sequence[str]
                        ) -> dict[str, JobStatus]:
         """Each job's :meth:`RunnerDriver.status`, one after the other, letting the event
-        loop run every :data:`STATUSES_BETWEEN_YIELDS` jobs."""
+        loop run every :data:`STATUSES_BETWEEN_YIELDS` jobs; a job whose status raised is
+        left out (unknown: asked again next time)."""
         seen = {}
         for index, job in enumerate(runner_job_ids, 1):
-            seen[job] = await self.status(job)
+            try:
+                seen[job] = await self.status(job)
+            except Exception:  # one job's failure must not hide the others': unknown
+                log.exception("the status of runner job %s could not be read", job)
             if index % STATUSES_BETWEEN_YIELDS == 0:
                 await asyncio.sleep(0)
         return seen

@@ -107,10 +107,11 @@ class SessionService:
         while True:
             turns = await oq.running_turns(self.pool, SYNC_BATCH, moment - self.protocol.lease,
                                            after)
-            await self._follow([turn for turn in turns if turn.session_id not in followed])
+            fresh = [turn for turn in turns if turn.session_id not in followed]
+            await self._follow(fresh)
             sessions = {turn.session_id for turn in turns}
             followed |= sessions  # a session that changed meanwhile comes again: once is enough
-            if len(sessions) < SYNC_BATCH:
+            if len(sessions) < SYNC_BATCH or not fresh:  # the last page, or only those again
                 return
             after = turns[-1].change_seq
 
