@@ -59,16 +59,16 @@ def drop_bodies(record: logging.LogRecord) -> bool:
 
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+VANISHED = JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
+                     failure_message="the runner job vanished")
+REQUEST_TIMEOUT = (5.0, 15.0)
+
+
 def runners_among(runner_job_ids: Sequence[str]) -> str:
     """The label selector of these jobs' Jobs and pods only (finished Jobs stay listed for a
     day: the namespace may hold thousands)."""
     shared = ",".join(f"{name}={value}" for name, value in k8s_objects.RUNNER_LABELS.items())
     return f"{shared},{k8s_objects.RUNNER_JOB_LABEL} in ({','.join(runner_job_ids)})"
-
-
-VANISHED = JobStatus(JobState.FAILED, failure_kind=FailureKind.INFRA_FAILED,
-                     failure_message="the runner job vanished")
-REQUEST_TIMEOUT = (5.0, 15.0)
 
 
 class KubernetesDriver:

@@ -15,6 +15,8 @@ from ledger.events import TokenUsage
 from ledger.states import FailureKind, JobState
 from runner_assembly.contract.jobfile import JobFile
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -120,8 +122,6 @@ class RunnerDriver(Protocol):
         """Remove a session volume (no error if it is gone)."""
         ...
 
-
-log = logging.getLogger(__name__)
 
 STATUSES_BETWEEN_YIELDS = 32
 """Local statuses asked in a row before the event loop may serve a request (a local status

@@ -373,9 +373,11 @@ def _followed(base: str, url: str) -> Iterator[PollCheck]:
     check = PollCheck()
     poller = tools.Poller(base)
     poller.start()
-    yield check
-    asyncio.run(_settled(url))  # wrk leaves requests in flight: they still commit
-    poller.stop()
+    try:
+        yield check
+        asyncio.run(_settled(url))  # wrk leaves requests in flight: they still commit
+    finally:
+        poller.stop()
     final = asyncio.run(_versions(url))
     check.missed = sum(1 for task_id, v in final.items() if poller.seen.get(task_id) != v)
     check.checked = len(final)
