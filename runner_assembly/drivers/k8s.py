@@ -191,8 +191,9 @@ class KubernetesDriver:
             try:
                 seen[job] = VANISHED if found is None else self._status_of(
                     found, partial(_pods_of, pods, job))
-            except Exception:  # one job's odd object must not hide the others': unknown
-                log.exception("the status of runner job %s could not be read", job)
+            except Exception as error:  # one job's odd object must not hide the others'
+                log.error("the status of runner job %s could not be read (%s): unknown",
+                          job, type(error).__name__)  # its kind only: never an API body
         return seen
 
     def _runner_pods(self, selector: str) -> dict[str, list[Any]] | None:
