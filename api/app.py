@@ -32,6 +32,7 @@ from api.observability import Metrics, middleware
 from api.params import Caller
 from api.queue_routes import QueueController
 from api.run_routes import RunnerJobController
+from api.runner_reports import report_middleware
 from api.runner_routes import RunnerController
 from api.runner_service import RunnerApi
 from api.scoping import provide_caller
@@ -162,13 +163,16 @@ class Services:
 def create_app(database_url: str, *, pool_size: int = 10,
                settings: RunnerSettings | None = None,
                service: ServiceSettings | None = None,
-               metrics_dir: Path | None = None, long_lived: bool = False) -> Litestar:
+               metrics_dir: Path | None = None, long_lived: bool = False,
+               direct_reports: bool = True) -> Litestar:
     """The API bound to one database; the pool, ledger writer and dispatcher live with it.
     ``service``: the server's settings (default: read from the environment, as ``svc serve``
     reads them); ``settings``: the runner's (default: built from ``service``);
     ``metrics_dir``: where the workers of ``svc serve --workers N`` share their counters;
     ``long_lived``: the app is its process's one app until it exits (``svc serve``): once
-    started, its heap is settled (:func:`api.server.settle_heap`)."""
+    started, its heap is settled (:func:`api.server.settle_heap`); ``direct_reports``: a
+    runner's lines and heartbeats are taken beside Litestar's handler layers
+    (:mod:`api.runner_reports`; False only to compare the two paths)."""
     service = service or ServiceSettings.from_env()
     runner = settings or service.runner()
     statement_cache = not service.pgbouncer
@@ -233,9 +237,10 @@ def create_app(database_url: str, *, pool_size: int = 10,
                         validate_manifest, check_liveness, check_health, check_readiness,
                         metrics],
         dependencies=services.provide(),
-        middleware=[middleware(observed), allow_middleware,
-                    DefineMiddleware(AuthenticationMiddleware,
-                                     sources=services.credential_sources)],
+        middleware=[middleware(observed),
+                    *([report_middleware(services.runner_api)] if direct_reports else []),
+                    allow_middleware, DefineMiddleware(AuthenticationMiddleware,
+                                                       sources=services.credential_sources)],
         lifespan=[lifespan],
         on_startup=[settle_heap] if long_lived else [],
         state=State({"deploy_endpoint": service.deploy_endpoint,

@@ -13,7 +13,7 @@ from litestar import Request
 from litestar.datastructures import State
 from litestar.exceptions import ClientException, InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
-from litestar.types import Empty
+from litestar.types import Empty, Receive, Scope
 from litestar.utils.scope.state import ScopeState
 
 from ledger.errors import DomainError, InvalidRequest
@@ -137,44 +137,51 @@ async def read_body(request: Request[object, object, State], kind: type[T], *,
 
 
 async def body_bytes(request: Request[object, object, State]) -> bytes:
-    """The request body, read from ASGI ``receive`` under the limits of ``request.body()``:
-    413 when the announced or the received size passes the route's maximum, 400 for a bad
-    ``Content-Length``, 500 when the client leaves midway. It is kept where ``body()``
-    looks first, so that answers it afterwards. (``body()`` builds every header into a
-    multidict for the length and reads through an async generator: ~15 µs a request.)"""
+    """The request body, read from ASGI ``receive`` under the limits of ``request.body()``
+    (:func:`receive_body`). It is kept where ``body()`` looks first, so that answers it
+    afterwards. (``body()`` builds every header into a multidict for the length and reads
+    through an async generator: ~15 µs a request.)"""
     state = ScopeState.from_scope(request.scope)
     if state.body is not Empty:
         return state.body
-    limit = request.route_handler.resolve_request_max_body_size() or math.inf
-    for name, value in request.scope["headers"]:
+    body = await receive_body(request.scope, request.receive,
+                              request.route_handler.resolve_request_max_body_size())
+    request.is_connected = False
+    state.body = body
+    return body
+
+
+async def receive_body(scope: Scope, receive: Receive, limit: int | None) -> bytes:
+    """A request's body as Litestar's ``request.body()`` reads it: 413 when the announced
+    or the received size passes ``limit`` (None: no limit), 400 for a bad
+    ``Content-Length``, 500 when the client leaves midway."""
+    most = limit or math.inf
+    for name, value in scope["headers"]:
         if name == b"content-length":
             try:
                 announced = int(value)
             except ValueError:
                 raise ClientException(
                     f"Invalid content-length: {value.decode('latin-1')!r}") from None
-            if announced > limit:
+            if announced > most:
                 raise RequestEntityTooLarge
             break
     chunks: list[bytes] = []
     size = 0
     while True:
-        event = await request.receive()
+        event = await receive()
         if event["type"] == "http.request":
             chunk = event["body"]
             if chunk:
                 size += len(chunk)
-                if size > limit:
+                if size > most:
                     raise RequestEntityTooLarge
                 chunks.append(chunk)
             if not event.get("more_body", False):
                 break
         elif event["type"] == "http.disconnect":
             raise InternalServerException("client disconnected prematurely")
-    request.is_connected = False
-    body: bytes = b"".join(chunks)
-    state.body = body
-    return body
+    return b"".join(chunks)
 
 
 def check_strings(value: object, depth: int = 0, path: str = "$", *,

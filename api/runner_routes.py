@@ -18,7 +18,7 @@ from api.body import decode_runner_body
 from api.errors import error_responses
 from api.openapi import command
 from api.params import HttpRequest, RunnerDep, SessionId
-from api.runner_service import bearer
+from api.runner_service import RunnerApi, bearer
 
 T = TypeVar("T")
 RUNNER_ERRORS: dict[int, ResponseSpec] = error_responses(400, 401, 409, 413, 503)
@@ -27,6 +27,20 @@ RUNNER_ERRORS: dict[int, ResponseSpec] = error_responses(400, 401, 409, 413, 503
 async def _read(request: HttpRequest, kind: type[T], empty_ok: bool = False) -> tuple[str, T]:
     body = decode_runner_body(await request.body(), kind, empty_ok=empty_ok)
     return bearer(request.headers.get("authorization")), body
+
+
+async def take_lines(runner_api: RunnerApi, runner_job_id: str, authorization: str | None,
+                     raw: bytes) -> rw.Ack:
+    """A batch of lines as the route takes it: the body decoded, then the token checked."""
+    body = decode_runner_body(raw, rw.LinesBody)
+    return await runner_api.lines(runner_job_id, bearer(authorization), body)
+
+
+async def take_heartbeat(runner_api: RunnerApi, runner_job_id: str,
+                         authorization: str | None, raw: bytes) -> rw.HeartbeatAnswer:
+    """A heartbeat as the route takes it: the body (empty or ``{}``), then the token."""
+    decode_runner_body(raw, rw.HeartbeatBody, empty_ok=True)
+    return await runner_api.heartbeat(runner_job_id, bearer(authorization))
 
 
 class RunnerController(Controller):
@@ -47,8 +61,8 @@ class RunnerController(Controller):
     async def send_lines(self, request: HttpRequest, runner_api: RunnerDep,
                     runner_job_id: SessionId) -> rw.Ack:
         """Output or trace lines, batch ``seq``; a resent batch is accepted once."""
-        token, body = await _read(request, rw.LinesBody)
-        return await runner_api.lines(runner_job_id, token, body)
+        return await take_lines(runner_api, runner_job_id, request.headers.get("authorization"),
+                                await request.body())
 
     @command("/assembly", rw.AssemblyBody, examples.RUNNER_ASSEMBLY, RUNNER_ERRORS)
     async def report_assembly(self, request: HttpRequest, runner_api: RunnerDep,
@@ -69,8 +83,8 @@ class RunnerController(Controller):
     async def send_heartbeat(self, request: HttpRequest, runner_api: RunnerDep,
                         runner_job_id: SessionId) -> rw.HeartbeatAnswer:
         """Renew the job's lease (``SVC_RUNNER_LEASE_S``)."""
-        token, _ = await _read(request, rw.HeartbeatBody, empty_ok=True)
-        return await runner_api.heartbeat(runner_job_id, token)
+        return await take_heartbeat(runner_api, runner_job_id,
+                                    request.headers.get("authorization"), await request.body())
 
     @command("/exit", rw.ExitBody, examples.RUNNER_EXIT, RUNNER_ERRORS)
     async def report_exit(self, request: HttpRequest, runner_api: RunnerDep,
