@@ -32,7 +32,7 @@ from api.observability import Metrics, middleware
 from api.params import Caller
 from api.queue_routes import QueueController
 from api.run_routes import RunnerJobController
-from api.runner_reports import report_middleware
+from api.runner_reports import bypass_problems, report_middleware
 from api.runner_routes import RunnerController
 from api.runner_service import RunnerApi
 from api.scoping import provide_caller
@@ -254,6 +254,9 @@ def create_app(database_url: str, *, pool_size: int = 10,
     missing = undeclared_routes(app)
     if missing:
         raise ValueError(f"routes that declare no role (api.access): {', '.join(missing)}")
+    problems = bypass_problems(app) if direct_reports else []
+    if problems:
+        raise ValueError(f"runner reports cannot be taken directly: {'; '.join(problems)}")
     return app
 
 

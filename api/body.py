@@ -159,7 +159,7 @@ async def receive_body(scope: Scope, receive: Receive, limit: int | None) -> byt
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
-                announced = int(value)
+                announced = int(value.decode("latin-1"))
             except ValueError:
                 raise ClientException(
                     f"Invalid content-length: {value.decode('latin-1')!r}") from None

@@ -1,5 +1,5 @@
 """The runner's frequent reports, its lines and heartbeats, taken without Litestar's handler
-layers (docs/performance.md, "A report beside the framework").
+layers (docs/decisions.md, "A runner's lines and heartbeats beside Litestar's handler layers").
 
 A fleet of agents sends one of these a second per job, and for such a small request the
 layers between the router and the handler (authentication, which waves a runner route
@@ -12,23 +12,31 @@ inside the observability middleware, so a report is counted, logged and given it
 id as before, and an error it raises is answered there with the one error envelope.
 
 Anything else passes on to Litestar untouched, and so does a report whose job id is not one
-the route's parameter accepts: Litestar's own validation answers it.
+the route's parameter accepts: Litestar's own validation answers it. The app refuses to start
+with the middleware if the two routes grow anything it would step over
+(:func:`bypass_problems`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from typing import get_args
 
+from litestar import Litestar
 from litestar.enums import ScopeType
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import KwargDefinition
+from litestar.routes import HTTPRoute
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from api.access import runner_access
+from api.auth_principal import ACTING
 from api.body import receive_body
+from api.params import SessionId
 from api.read_cache import encoded
 from api.runner_routes import RunnerController, take_heartbeat, take_lines
 from api.runner_service import RunnerApi
-from runner_assembly.contract.messages import IDENTIFIER_PATTERN
 
 Report = Callable[[RunnerApi, str, str | None, bytes], Awaitable[object]]
 JOB_TEMPLATE = RunnerController.path.replace(":str}", "}")
@@ -38,17 +46,46 @@ REPORTS: dict[str, Report] = {
     f"{JOB_TEMPLATE}/heartbeat": take_heartbeat,
 }
 """The routes taken here, by path template, with what takes each."""
-_JOB_ID = re.compile(IDENTIFIER_PATTERN)
-JOB_ID_MAX = 128
-"""The route parameter's bounds (:data:`api.params.SessionId`), checked as msgspec checks
-them (a pattern is searched, not matched)."""
+_JOB_ID: KwargDefinition = get_args(SessionId)[1]
+"""The routes' ``runner_job_id`` parameter: its bounds and pattern."""
+_JOB_PATTERN = re.compile(_JOB_ID.pattern or "")
 
 
 def accepted_job_id(value: object) -> str | None:
-    """``value`` if the routes' ``runner_job_id`` parameter accepts it, else None."""
-    if isinstance(value, str) and 1 <= len(value) <= JOB_ID_MAX and _JOB_ID.search(value):
+    """``value`` if the routes' ``runner_job_id`` parameter accepts it (as msgspec checks
+    it: the pattern searched, not matched), else None."""
+    if isinstance(value, str) and (_JOB_ID.min_length or 0) <= len(value) \
+            <= (_JOB_ID.max_length or len(value)) and _JOB_PATTERN.search(value):
         return value
     return None
+
+
+def bypass_problems(app: Litestar) -> list[str]:
+    """Why the reports' handler layers could not be stepped over in ``app`` (empty: they
+    can): each route must exist, answer a runner token only, and have nothing of its own
+    that the middleware would skip (guards, hooks, response headers or cookies, middleware
+    of a router, controller or handler), nor may the app check hosts, CSRF or compress."""
+    problems = [f"the app sets {name}" for name in ("allowed_hosts", "csrf_config",
+                                                    "compression_config")
+                if getattr(app, name, None)]
+    handlers = {route.path_format: handler for route in app.routes
+                if isinstance(route, HTTPRoute) for handler in route.route_handlers
+                if isinstance(handler, HTTPRouteHandler) and "POST" in handler.http_methods}
+    for template in REPORTS:
+        handler = handlers.get(template)
+        if handler is None:
+            problems.append(f"no POST route {template}")
+            continue
+        layers = handler.ownership_layers
+        if runner_access(handler) != "only":
+            problems.append(f"{template} takes more than a runner token")
+        if handler.resolve_guards() or handler.resolve_before_request() \
+                or handler.resolve_after_response() or handler.resolve_response_headers() \
+                or handler.resolve_response_cookies() \
+                or any(getattr(layer, "after_request", None) for layer in layers) \
+                or any(getattr(layer, "middleware", None) for layer in layers[1:]):
+            problems.append(f"{template} has guards, hooks, headers or middleware of its own")
+    return problems
 
 
 def report_middleware(runner_api: Callable[[], RunnerApi]) -> Callable[[ASGIApp], ASGIApp]:
@@ -65,8 +102,14 @@ def report_middleware(runner_api: Callable[[], RunnerApi]) -> Callable[[ASGIApp]
             if take is None or job is None or not isinstance(handler, HTTPRouteHandler):
                 await app(scope, receive, send)
                 return
-            raw = await receive_body(scope, receive, handler.resolve_request_max_body_size())
-            answer = await take(runner_api(), job, _authorization(scope), raw)
+            runner = runner_api()
+            acting = ACTING.set(None)  # as the authentication middleware does for the route
+            try:
+                raw = await receive_body(scope, receive,
+                                         handler.resolve_request_max_body_size())
+                answer = await take(runner, job, _authorization(scope), raw)
+            finally:
+                ACTING.reset(acting)
             await encoded(answer).to_asgi_response()(scope, receive, send)
 
         return handle
