@@ -129,6 +129,13 @@ REFUSALS = [(name, case) for name, case in CASES[:FIRST_BATCH]
 """The cases refused once the job is claimed, before its first batch is taken."""
 
 
+def runner_requests(exposition: str) -> dict[str, float]:
+    """The request counts of the runner routes in a ``/metrics`` answer, by labels."""
+    return {labels: float(value) for line in exposition.splitlines()
+            if line.startswith("svc_http_requests_total{") and "/runner/jobs/" in line
+            for labels, value in [line.removeprefix("svc_http_requests_total").split(" ")]}
+
+
 def comparable(answer: httpx.Response, job: str, token: str) -> tuple[int, list[Any], str]:
     """Status, stable headers and body, with the side's own job id and token made equal."""
     headers = [(name, value.replace(job, "JOB")) for name, value in answer.headers.items()
@@ -163,6 +170,9 @@ async def test_the_direct_path_answers_every_report_as_the_handlers_do(
             assert answers[0] == answers[1], name
             assert answers[0][0] < 500, (name, answers[0])
             assert len(taken) - before == (0 if name in PASSED_ON | UNREAD else 1), name
+        counted = [runner_requests((await http.get("/metrics")).text)
+                   for http in (direct, handlers)]
+    assert counted[0] == counted[1] and sum(counted[0].values()) >= len(CASES) - 3, counted
     assert await stored_lines(database_url, "ses_d", "output") == \
         await stored_lines(database_url, "ses_h", "output")
     assert await stored_lines(database_url, "ses_d", "trace") == [(1, "t")]
