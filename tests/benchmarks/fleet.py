@@ -17,6 +17,12 @@ Figures, each next to the baseline it is divided by:
   (nothing else asked of it), less their heartbeats at ``server_cpu_ms_per_heartbeat``, ÷ the
   line batches it took in. A runner whose batch was taken within its heartbeat interval
   leaves that beat out (the batch renewed the lease), so few beats remain here.
+- ``postgres_cpu_ms_per_report``, ``manager_cpu_ms_per_report``: in the same window,
+  Postgres's CPU (its postmaster and children), and the server's and Postgres's together,
+  ÷ the reports (line batches and beats) taken in; ``agents_per_core_at_1_report_per_s``:
+  how many agents reporting once a second (a line a second, or a beat at
+  ``SVC_RUNNER_HEARTBEAT_S=1``) one core of manager and Postgres carries at that cost. The
+  runners' own CPU is not the manager's (on Kubernetes they run on other nodes).
 - ``line_visible_ms_p50/p99``: from the moment a backend printed a line (it prints the time)
   to the moment a client polling the session API read it, in a window after the list's
   (the fleet still printing, no list or submit load).
@@ -31,7 +37,8 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
 import asyncpg
 import httpx
@@ -59,6 +66,7 @@ class Harness(Protocol):
     quick: bool
     seconds: int
     server_group: int
+    pgdata: Path
 
     def report(self, name: str, value: float | int | str) -> None: ...
 
@@ -87,23 +95,34 @@ def figures(bench: Harness) -> None:
         _ingest_figures(bench, client)
 
 
-def _measured_window(bench: Harness, counters: Callable[[], tuple[int, int]],
-                     ) -> tuple[float, float, tuple[int, int]]:
-    """Wait one window (at least 10 s): its length, the server's CPU seconds in it, and how
-    far each of ``counters`` moved."""
+class Window(NamedTuple):
+    """One measured window: its length, the CPU seconds of the server (``svc serve`` and
+    its workers) and of Postgres in it, and how far two counters moved."""
+
+    seconds: float
+    server_cpu: float
+    postgres_cpu: float
+    moved: tuple[int, int]
+
+
+def _measured_window(bench: Harness, counters: Callable[[], tuple[int, int]]) -> Window:
+    """Wait one window (at least 10 s) and say what it cost."""
     window = max(bench.seconds, 10)
-    before, cpu0 = counters(), tools.group_cpu_seconds(bench.server_group)
+    before = counters()
+    server0 = tools.group_cpu_seconds(bench.server_group)
+    postgres0 = tools.postgres_cpu_seconds(bench.pgdata)
     time.sleep(window)
-    cpu = tools.group_cpu_seconds(bench.server_group) - cpu0
+    server = tools.group_cpu_seconds(bench.server_group) - server0
+    postgres = tools.postgres_cpu_seconds(bench.pgdata) - postgres0
     after = counters()
-    return window, cpu, (after[0] - before[0], after[1] - before[1])
+    return Window(window, server, postgres, (after[0] - before[0], after[1] - before[1]))
 
 
 def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> float:
     """Jobs that only sleep: the server's CPU per heartbeat (returned, in ms), the ledger's
     steady growth."""
     tasks = client.start_jobs(size, {"prompt": "sleep: 3600"})
-    window, cpu, (beats, steady) = _measured_window(
+    window, cpu, _, (beats, steady) = _measured_window(
         bench, lambda: (client.heartbeats(), client.ledger_head()))
     client.end(tasks)
     lifecycle = client.entries_of(tasks) / size
@@ -122,11 +141,15 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: floa
     """Jobs printing a line a second: the server's CPU per line batch (beyond the beats, at
     ``beat_ms`` each), list p99 against the idle one, line visibility."""
     tasks = client.start_jobs(size, {"prompt": "stamp", "backendProfile": STAMP_PROFILE})
-    window, cpu, (beats, batches) = _measured_window(
+    window, cpu, postgres, (beats, batches) = _measured_window(
         bench, lambda: (client.heartbeats(), client.line_batches()))
     bench.report("fleet_line_batches_per_s", batches / window)
     bench.report("server_cpu_ms_per_line_batch",
                  (cpu * 1000 - beats * beat_ms) / max(batches, 1))
+    manager_ms = (cpu + postgres) * 1000 / max(beats + batches, 1)
+    bench.report("postgres_cpu_ms_per_report", postgres * 1000 / max(beats + batches, 1))
+    bench.report("manager_cpu_ms_per_report", manager_ms)
+    bench.report("agents_per_core_at_1_report_per_s", 1000 / manager_ms)
     fleet_p99 = client.list_p99_under_submits(bench.seconds)
     delays = _line_delays(client, client.sessions_of(tasks[:VISIBLE_SESSIONS]),
                           max(bench.seconds, 10))

@@ -47,7 +47,8 @@ class Bench:
         # the last thing at exit (registered first): the embedded server's own exit handler
         # makes its runtime folder (XDG_RUNTIME_DIR) below the work folder again
         atexit.register(shutil.rmtree, self.workdir, True)
-        self.server = start_embedded(self.workdir / "pg")
+        self.pgdata = self.workdir / "pg"
+        self.server = start_embedded(self.pgdata)
         self.admin = self.server.get_uri("postgres")
         self.figures: dict[str, str] = {}
         self.server_group = 0

@@ -122,6 +122,23 @@ def group_cpu_seconds(pgid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_cpu_seconds(pgdata: Path) -> float:
+    """User plus system CPU seconds of the Postgres server of ``pgdata`` (its postmaster and
+    its live children: backends, WAL writer, checkpointer, autovacuum), from ``/proc``."""
+    import os
+
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended meanwhile
+        if int(stat.parent.name) == postmaster or int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def copy_rows_per_second(url: str, rows: int) -> float:
     """Rows/s of ``COPY (SELECT … FROM ledger ORDER BY change_seq) TO STDOUT`` via psql."""
     query = ("COPY (SELECT change_seq, stream_type, stream_id, stream_version, event_type,"
