@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -109,32 +110,26 @@ def paired_runs(commands: dict[str, list[str]],
 def group_cpu_seconds(pgid: int) -> float:
     """User plus system CPU seconds of the live processes of process group ``pgid`` (a
     ``svc serve`` and its workers), from ``/proc``."""
-    import os
-
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process ended meanwhile
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return _cpu_seconds(lambda _, fields: int(fields[2]) == pgid)
 
 
 def postgres_cpu_seconds(pgdata: Path) -> float:
     """User plus system CPU seconds of the Postgres server of ``pgdata`` (its postmaster and
     its live children: backends, WAL writer, checkpointer, autovacuum), from ``/proc``."""
-    import os
-
     postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    return _cpu_seconds(lambda pid, fields: postmaster in (pid, int(fields[1])))
+
+
+def _cpu_seconds(chosen: Callable[[int, list[str]], bool]) -> float:
+    """User plus system CPU seconds of the live processes ``chosen`` (given each pid and the
+    fields of its ``/proc/<pid>/stat`` after the command name) picks."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # the process ended meanwhile
-        if int(stat.parent.name) == postmaster or int(fields[1]) == postmaster:
+        if chosen(int(stat.parent.name), fields):
             total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
