@@ -36,6 +36,7 @@ class RE2Pattern(Protocol):
     """What the code calls on an RE2 pattern compiled for bytes."""
 
     pattern: bytes
+
     def search(self, text: bytes) -> RE2Match | None: ...
     def fullmatch(self, text: bytes) -> RE2Match | None: ...
     def finditer(self, text: bytes) -> Iterator[RE2Match]: ...
@@ -132,7 +133,7 @@ def redact_text(text: str) -> str:
     return str(data.decode(errors="surrogatepass"))
 
 
-def scoped(pattern: str) -> str:
+def _scoped(pattern: str) -> str:
     """``pattern`` as a group of its own, its leading flags (``(?i)``, ``(?s)``) kept to it,
     to be one alternative among others."""
     flags = _LEADING_FLAGS.match(pattern)
@@ -155,7 +156,7 @@ _PASSES: list[tuple[RE2Pattern, Callable[[RE2Match], bytes]]] = [
     (_KNOWN_TOKENS, lambda _: REDACTED.encode()),
 ]
 
-_ANY_PASS = _compile("|".join(scoped(pattern.pattern.decode()) for pattern, _ in _PASSES))
+_ANY_PASS = _compile("|".join(_scoped(pattern.pattern.decode()) for pattern, _ in _PASSES))
 """Every pass's pattern in one: a text it does not find is one no pass changes (each pass
 finds nothing in what the one before left unchanged), so most lines cost one search, not
 six substitutions."""
