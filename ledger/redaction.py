@@ -10,8 +10,7 @@ with RE2, so a pass is linear in the text, whatever the text holds.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, overload
 
 import re2
@@ -19,7 +18,6 @@ import re2
 REDACTED = "[redacted]"
 _KEY_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 
-_LEADING_FLAGS = re.compile(r"\(\?([a-z]+)\)")
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 64 << 20
 
@@ -43,9 +41,9 @@ class RE2Pattern(Protocol):
     def sub(self, replace: bytes | Callable[[RE2Match], bytes], text: bytes) -> bytes: ...
 
 
-def _compile(pattern: str) -> RE2Pattern:
+def _compile(pattern: str, options: re2.Options = _OPTIONS) -> RE2Pattern:
     """Compiled for UTF-8 bytes: the str path of the binding costs more per match."""
-    compiled: RE2Pattern = re2.compile(pattern.encode(), _OPTIONS)
+    compiled: RE2Pattern = re2.compile(pattern.encode(), options)
     return compiled
 
 
@@ -126,20 +124,11 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     data = text.encode(errors="surrogatepass")
-    if _ANY_PASS.search(data) is None:  # no pass would cut anything: each leaves it as is
-        return text
+    if len(data) <= SHORTCUT_MAX_BYTES and _ANY_PASS.search(data) is None:
+        return str(text)  # no pass would cut anything: each would leave it as it is
     for pattern, replace in _PASSES:
         data = pattern.sub(replace, data)
     return str(data.decode(errors="surrogatepass"))
-
-
-def _scoped(pattern: str) -> str:
-    """``pattern`` as a group of its own, its leading flags (``(?i)``, ``(?s)``) kept to it,
-    to be one alternative among others."""
-    flags = _LEADING_FLAGS.match(pattern)
-    if flags is None:
-        return f"(?:{pattern})"
-    return f"(?{flags.group(1)}:{pattern[flags.end():]})"
 
 
 def _using(rewrite: Callable[[str], str]) -> Callable[[RE2Match], bytes]:
@@ -147,19 +136,32 @@ def _using(rewrite: Callable[[str], str]) -> Callable[[RE2Match], bytes]:
         errors="surrogatepass")
 
 
-_PASSES: list[tuple[RE2Pattern, Callable[[RE2Match], bytes]]] = [
+_PASSES: tuple[tuple[RE2Pattern, Callable[[RE2Match], bytes]], ...] = (
     (_PRIVATE_KEY, lambda _: REDACTED.encode()),
     (_URL_CREDENTIALS, _using(_userinfo)),
     (_URL_USER_TOKEN, _using(_userinfo)),
     (_KEY_VALUE_SECRET, _using(_key_value)),
     (_AUTH_SCHEME, _using(_auth_scheme)),
     (_KNOWN_TOKENS, lambda _: REDACTED.encode()),
-]
+)
 
-_ANY_PASS = _compile("|".join(_scoped(pattern.pattern.decode()) for pattern, _ in _PASSES))
+def joined(patterns: Iterable[RE2Pattern]) -> str:
+    """One pattern that finds what any of ``patterns`` finds (RE2 keeps an inline flag such
+    as ``(?i)`` to the group it opens)."""
+    return "|".join(f"(?:{pattern.pattern.decode()})" for pattern in patterns)
+
+
+_QUIET = re2.Options()
+_QUIET.max_mem = _OPTIONS.max_mem
+_QUIET.log_errors = False  # RE2's own stderr line when its DFA falls back to the NFA
+_ANY_PASS = _compile(joined(pattern for pattern, _ in _PASSES), _QUIET)
 """Every pass's pattern in one: a text it does not find is one no pass changes (each pass
-finds nothing in what the one before left unchanged), so most lines cost one search, not
-six substitutions."""
+finds nothing in what the one before left unchanged), so a short clean line costs one
+search, not six substitutions."""
+SHORTCUT_MAX_BYTES = 8 * 1024
+"""The longest text searched with :data:`_ANY_PASS` first. On long crafted text (a mebibyte
+of near-miss tokens) the joined pattern's DFA outgrows its memory and RE2 falls back to a
+slower engine: ten times the six passes, so a long text goes to them directly."""
 
 
 @overload
