@@ -145,6 +145,7 @@ _PASSES: tuple[tuple[RE2Pattern, Callable[[RE2Match], bytes]], ...] = (
     (_KNOWN_TOKENS, lambda _: REDACTED.encode()),
 )
 
+
 def joined(patterns: Iterable[RE2Pattern]) -> str:
     """One pattern that finds what any of ``patterns`` finds (RE2 keeps an inline flag such
     as ``(?i)`` to the group it opens)."""

@@ -41,9 +41,9 @@ async def served(database_url: str, settings: RunnerSettings, *,
         yield http
 
 
-def lines(body: object, **extra: Any) -> Request:
+def lines(body: object) -> Request:
     return lambda job, token, _: {"url": f"{JOBS}/{job}/lines", "json": body,
-                                  "headers": auth(token), **extra}
+                                  "headers": auth(token)}
 
 
 def raw(path: str, content: bytes, headers: Callable[[str, str], dict[str, str]]) -> Request:

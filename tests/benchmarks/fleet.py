@@ -146,8 +146,9 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: floa
     bench.report("fleet_line_batches_per_s", batches / window)
     bench.report("server_cpu_ms_per_line_batch",
                  (cpu * 1000 - beats * beat_ms) / max(batches, 1))
-    manager_ms = (cpu + postgres) * 1000 / max(beats + batches, 1)
-    bench.report("postgres_cpu_ms_per_report", postgres * 1000 / max(beats + batches, 1))
+    reports = max(beats + batches, 1)
+    manager_ms = (cpu + postgres) * 1000 / reports
+    bench.report("postgres_cpu_ms_per_report", postgres * 1000 / reports)
     bench.report("manager_cpu_ms_per_report", manager_ms)
     bench.report("agents_per_core_at_1_report_per_s", 1000 / manager_ms)
     fleet_p99 = client.list_p99_under_submits(bench.seconds)
