@@ -23,7 +23,15 @@ def watcher(api: str, task_id: str, folder: Path, *options: str) -> subprocess.P
     env = {"PATH": os.environ.get("PATH", ""), "SVC_API_URL": api, "SVC_TOKEN": TEST_ADMIN_KEY}
     with (folder / "out").open("wb") as out, (folder / "err").open("wb") as err:
         return subprocess.Popen([svc_executable(), "queue", "show", task_id, "--watch",
-                                 *options], stdout=out, stderr=err, env=env)
+                                 *options], stdout=out, stderr=err, env=env,
+                                preexec_fn=as_from_a_shell)
+
+
+def as_from_a_shell() -> None:
+    """Ctrl-C as a user's shell leaves it to the command: the test process's own handling
+    of SIGINT (ignored or blocked, inherited across exec) must not reach the watcher."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 async def until(done: Callable[[], bool], watch: subprocess.Popen[bytes]) -> None:
