@@ -130,11 +130,14 @@ async def test_a_kept_connection_serves_the_next_batch_and_a_dead_one_is_replace
 
 
 async def _backend_pids(url: str) -> set[int]:
-    """The backends of the writer's pool (application ``svc``) that served a statement."""
+    """The backends of the writer's pool (application ``svc``) that served a statement, in
+    this test's database only: a neighbouring test's writer (another xdist worker, another
+    database) runs the same statement, and ending its backend would fail that test."""
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = "
-                                "'svc' AND query LIKE 'WITH a AS MATERIALIZED%'")
+                                "'svc' AND query LIKE 'WITH a AS MATERIALIZED%' "
+                                "AND datname = current_database()")
     finally:
         await conn.close()
     return {row["pid"] for row in rows}
