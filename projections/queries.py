@@ -153,7 +153,10 @@ async def get_task(
 
 async def get_tasks(pool: Queryable, task_ids: Sequence[str]
                     ) -> dict[str, tuple[TaskSummaryRow, JsonObject]]:
-    """:func:`get_task` of several tasks in one query, by id (those not found left out)."""
+    """:func:`get_task` of several tasks in one query, by id (those not found left out); no
+    ids, no query (a batch whose items are all new reads nothing back)."""
+    if not task_ids:
+        return {}
     return {record["task_id"]: (row_from_record(record),
                                 _object_decoder.decode(record["contract"]))
             for record in await pool.fetch(SQL["get_tasks"], list(task_ids))}

@@ -17,6 +17,7 @@ from ledger import intake
 from ledger.database import create_pool
 from ledger.errors import IdempotencyConflict
 from ledger.writer import LedgerWriter
+from projections import queries
 from projections.store import plan_projection
 from tests.support import replay_report, snapshot, task_body
 
@@ -237,3 +238,15 @@ async def _property(url: str, batches: list[list[tuple[str, str]]]) -> None:
         await writer.close()
         await pool.close()
         await conn.close()
+
+
+async def test_a_batch_of_new_tasks_reads_nothing_back() -> None:
+    """The replayed items' originals are read in one query; a batch with none asks nothing
+    of the database (one round trip less for every batch of new tasks)."""
+    class Refusing:
+        async def fetch(self, *args: object) -> list[object]:
+            raise AssertionError("no query expected for no ids")
+
+    assert await queries.get_tasks(Refusing(), []) == {}
+    with pytest.raises(AssertionError):
+        await queries.get_tasks(Refusing(), ["tsk_0000000000000000000000000a"])
