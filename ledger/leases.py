@@ -27,7 +27,9 @@ async def renew_held(db: Queryable, runner_job_id: str, token_sha256: str,
                      at: datetime) -> bool:
     """Renew the lease if its row holds ``token_sha256`` (the token of the last renewal,
     checked then; the row lets go of it at the job's exit and goes at its end): True when it
-    did."""
+    did. A lone statement, committed without waiting for the WAL flush (liveness, not
+    history): never call it on a connection inside a transaction that writes anything else,
+    whose commit would then not wait either."""
     status: str = await db.execute(SQL["renew_held"], runner_job_id, token_sha256, at)
     return status == "UPDATE 1"
 

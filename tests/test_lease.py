@@ -200,3 +200,29 @@ async def renewed_past_lease(database_url: str, runner_job_id: str,
             await asyncio.sleep(0.1)
     finally:
         await conn.close()
+
+
+async def test_a_renewal_does_not_wait_for_the_flush_and_nothing_after_it_inherits_that(
+    database_url: str
+) -> None:
+    """A held-token renewal is liveness: its own transaction commits without waiting for the
+    WAL flush, and only its own: the setting ends with it, so the next statement on the same
+    (pooled) connection, e.g. a ledger commit, waits for the flush as before."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+        await conn.execute("INSERT INTO runner_job_leases (runner_job_id, last_seen, "
+                           "token_sha256, session_id) VALUES ('job_async', now(), 'h', 's')")
+        before = await lease_row(database_url, "job_async")
+        assert before is not None
+        at = datetime.now().astimezone() + timedelta(seconds=5)
+        async with conn.transaction():
+            assert await leases.renew_held(conn, "job_async", "h", at)
+            assert await conn.fetchval("SHOW synchronous_commit") == "off"
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+        assert not await leases.renew_held(conn, "job_async", "another token", at)
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+        row = await lease_row(database_url, "job_async")
+        assert row == (at, before[1] + 1)  # renewed once: the refused token changed nothing
+    finally:
+        await conn.close()

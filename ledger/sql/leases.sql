@@ -6,8 +6,13 @@ SET last_seen = greatest(l.last_seen, EXCLUDED.last_seen), renewals = l.renewals
     token_sha256 = EXCLUDED.token_sha256, session_id = EXCLUDED.session_id
 
 -- name: renew_held
+-- A heartbeat renews liveness, not history: its one-statement transaction commits without
+-- waiting for the WAL flush (`synchronous_commit` off for this transaction only). A crash of
+-- Postgres can take back at most the last few hundred milliseconds of renewals, which the
+-- next beats give again; every ledger event and every line batch still waits for the flush.
+WITH liveness AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE runner_job_leases SET last_seen = greatest(last_seen, $3), renewals = renewals + 1
-WHERE runner_job_id = $1 AND token_sha256 = $2
+WHERE runner_job_id = $1 AND token_sha256 = $2 AND EXISTS (SELECT FROM liveness)
 
 -- name: last_seen
 SELECT last_seen FROM runner_job_leases WHERE runner_job_id = $1

@@ -9,7 +9,8 @@ Figures, each next to the baseline it is divided by:
 - ``ledger_entries_per_job_hour``: the entries one job's whole life appends (submit to end)
   plus what it appends per hour while it runs (heartbeats and lines append none).
 - ``server_cpu_ms_per_heartbeat``: the server's CPU while N jobs only beat (their backends
-  sleep) ÷ the heartbeats it took in (the lease rows' renewal counts).
+  sleep) ÷ the heartbeats it took in (the lease rows' renewal counts);
+  ``postgres_cpu_ms_per_heartbeat``: Postgres's CPU in the same window ÷ the same beats.
 - ``output_lines_per_s_1`` / ``_50``: lines taken in per second from one backend printing as
   fast as it can, and from 50 at once, against ``COPY`` of as many rows into the same line
   table (the raw limit; ratios printed).
@@ -122,7 +123,7 @@ def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> float:
     """Jobs that only sleep: the server's CPU per heartbeat (returned, in ms), the ledger's
     steady growth."""
     tasks = client.start_jobs(size, {"prompt": "sleep: 3600"})
-    window, cpu, _, (beats, steady) = _measured_window(
+    window, cpu, postgres, (beats, steady) = _measured_window(
         bench, lambda: (client.heartbeats(), client.ledger_head()))
     client.end(tasks)
     lifecycle = client.entries_of(tasks) / size
@@ -130,6 +131,7 @@ def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> float:
     bench.report("fleet_jobs", size)
     bench.report("fleet_heartbeats_per_s", beats / window)
     bench.report("server_cpu_ms_per_heartbeat", cpu * 1000 / max(beats, 1))
+    bench.report("postgres_cpu_ms_per_heartbeat", postgres * 1000 / max(beats, 1))
     bench.report("ledger_entries_per_job_life", lifecycle)
     bench.report("ledger_entries_per_job_running_hour", per_hour)
     bench.report("ledger_entries_per_job_hour", lifecycle + per_hour)
