@@ -42,7 +42,7 @@ BEGIN
     UPDATE session_line_head AS h SET last_seq = h.last_seq + pieces
     WHERE h.session_id = held_session AND h.channel = line_channel
     RETURNING h.last_seq - pieces INTO head_seq;
-    IF NOT FOUND THEN  -- the channel's first batch (or a racing first): make the row, then
+    IF NOT FOUND THEN  -- the channel's first batch (or one racing it): make the row, lock it
         INSERT INTO session_line_head (session_id, channel, last_seq)
         VALUES (held_session, line_channel, 0) ON CONFLICT (session_id, channel) DO NOTHING;
         UPDATE session_line_head AS h SET last_seq = h.last_seq + pieces
