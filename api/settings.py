@@ -80,6 +80,9 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     auth_oidc_claim: str = "svc_roles"
     sandbox_read_only: tuple[str, ...] = ()
     """``SVC_SANDBOX_READ_ONLY``: operator paths every sandboxed backend sees read-only."""
+    runner_api_socket: str | None = None
+    """Not a variable: the Unix socket of ``svc serve``'s runner listener, for local runners
+    (:func:`api.runner_listener.bind`)."""
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""
@@ -153,7 +156,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             session_gc_interval_ms=self.session_gc_interval_ms,
             session_sync_interval_ms=self.session_sync_interval_ms,
             local_sandbox=self.local_sandbox, pod_sandbox=self.pod_sandbox,
-            runner_api_url=self.runner_api_url, runner_heartbeat_s=self.runner_heartbeat_s,
+            runner_api_url=self.runner_api_url, runner_api_socket=self.runner_api_socket,
+            runner_heartbeat_s=self.runner_heartbeat_s,
             runner_lease_s=self.runner_lease_s, runner_start_s=self.runner_start_s,
             fetch_allow_file_roots=self.fetch_allow_file_roots,
             fetch_allow_hosts=self.fetch_allow_hosts, output_max_bytes=self.output_max_bytes,

@@ -350,6 +350,10 @@ VARIABLES: tuple[Variable, ...] = (
     *_BACKEND_KINDS,
     _set_for("runner", "SVC_JOB_SPEC", "where a pod's runner reads its job's spec (mounted "
              "from the job's Secret)", "/var/run/svc/job/job-spec.json"),
+    _set_for("runner", "SVC_RUNNER_API_SOCKET",
+             "the Unix socket of `svc serve`'s runner listener (a worker of its own when it "
+             "serves 2 or more), which a local runner tries before `SVC_RUNNER_API_URL`; set "
+             "by the local driver", shown="set by `svc serve` with 2+ workers"),
     _set_for("runner", "SVC_TERMINATION_LOG",
              "where a pod's runner writes its exit report for the manager (the container's "
              "termination log); the driver leaves it at its default", "/dev/termination-log"),

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from socket import socket
 from typing import Any, Unpack
 
 from litestar import Litestar
@@ -86,13 +87,16 @@ class WorkerConfig(Config):
         super().load()
 
 
-def supervise(settings: ServiceSettings, **options: Unpack[ServeOptions]) -> bool:
+def supervise(settings: ServiceSettings, listener: socket | None = None,
+              **options: Unpack[ServeOptions]) -> bool:
     """Serve the workers with uvicorn's supervisor until SIGTERM or SIGINT stops every one,
-    their metrics shared (:mod:`api.metrics_dir`); False when a worker could not start (all
-    were stopped)."""
+    their metrics shared (:mod:`api.metrics_dir`), and a worker of its own on the runner
+    listener's socket ``listener`` (:mod:`api.runner_listener`); False when a worker could
+    not start (all were stopped)."""
     from uvicorn.config import STARTUP_FAILURE
 
-    from api.metrics_dir import MetricsSupervisor, private_metrics_dir
+    from api.metrics_dir import private_metrics_dir
+    from api.runner_listener import ListenerSupervisor
 
     # The workers share one listening socket, and libuv accepts every pending connection
     # at once: whichever worker woke first took them all (a keep-alive client stays with
@@ -102,9 +106,12 @@ def supervise(settings: ServiceSettings, **options: Unpack[ServeOptions]) -> boo
         os.environ[MULTIPROC_ENV] = str(metrics_dir)  # the workers inherit it when spawned
         try:
             config = WorkerConfig(settings, **options)
-            supervisor = MetricsSupervisor(config, sockets=[config.bind_socket()],
-                                           metrics_dir=metrics_dir)
+            own = None if listener is None else (
+                WorkerConfig(settings, **{**options, "workers": 1}), listener)
+            supervisor = ListenerSupervisor(config, sockets=[config.bind_socket()],
+                                            metrics_dir=metrics_dir, listener=own)
             supervisor.run()
         finally:
             os.environ.pop(MULTIPROC_ENV, None)
-    return not any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes)
+    return not any(process.exitcode == STARTUP_FAILURE
+                   for process in supervisor.every_process())

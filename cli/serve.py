@@ -145,14 +145,23 @@ def serve(
     where = ("SVC_DATABASE_URL" if server is None
              else f"embedded Postgres in {data / 'pg'}, serving as svc_api")
     api = f"http://{host}:{port}"
+    listener = None
     if settings.runner_api_url is None and settings.driver == "local":  # pods: the Service
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         runner_api = f"http://[{local}]:{port}" if ":" in local else f"http://{local}:{port}"
         settings = dataclasses.replace(settings, runner_api_url=runner_api)
         service = msgspec.structs.replace(service, runner_api_url=runner_api)
+        if workers > 1:
+            listener = _runner_listener(data)
+            if listener is not None:
+                service = msgspec.structs.replace(service,
+                                                  runner_api_socket=listener.getsockname())
     render.out(f"svc serving on {api} with {workers} worker{'s' * (workers > 1)} "
                f"(database: {where}; migrations applied: {', '.join(applied) or 'none pending'})")
     render.out(SANDBOX_BANNER[settings.driver, settings.sandbox])
+    if listener is not None:
+        render.out(f"runner protocol: a worker of its own on {listener.getsockname()} (local "
+                   f"runners reach it there; {settings.runner_api_url} serves them too)")
     if settings.backend_network == "pasta":
         forwarded = ", ".join(map(str, settings.backend_loopback_ports)) or "none"
         render.out("backend network: a namespace of its own (pasta): the network, but no "
@@ -184,7 +193,7 @@ def serve(
             uvicorn.run(create_app(url, settings=settings, service=service, long_lived=True),
                         **options)
         else:  # each worker builds the app from these settings (uvicorn's supervisor)
-            started = supervise_with_relay(service, **options)
+            started = supervise_with_relay(service, listener, **options)
     except KeyboardInterrupt:
         pass
     finally:
@@ -201,10 +210,12 @@ serve.__doc__ = "\n\n".join([inspect.cleandoc(serve.__doc__ or ""), "Settings, r
                               "environment once at start (README, Configuration):", help_text()])
 
 
-def supervise_with_relay(service: ServiceSettings, **options: Unpack[ServeOptions]) -> bool:
+def supervise_with_relay(service: ServiceSettings, listener: socket.socket | None,
+                         **options: Unpack[ServeOptions]) -> bool:
     """Serve the workers with one ledger writer for them all (:mod:`ledger.relay`), on a
     thread of this process, which only supervises them otherwise; each worker is handed
-    ``service`` and the relay's address."""
+    ``service`` and the relay's address; ``listener``: the runner listener's socket, served
+    by a worker of its own."""
     import msgspec
 
     from api.app import relay_writer
@@ -220,9 +231,27 @@ def supervise_with_relay(service: ServiceSettings, **options: Unpack[ServeOption
         except Exception as error:  # the workers can do without it, and will say what is wrong
             render.warn(f"the ledger relay did not start ({type(error).__name__}: {error}); "
                         "each worker writes through its own ledger writer")
-        return supervise(service, **options)
+        return supervise(service, listener, **options)
     finally:  # also on SIGTERM or Ctrl-C, even during the relay's start
         relay.stop()
+
+
+def _runner_listener(data: Path) -> socket.socket | None:
+    """The runner listener's socket in the data directory ``data``; None (said why) when it
+    cannot be made: local runners then use the API's port."""
+    from api.runner_listener import bind, socket_path
+
+    path = socket_path(data)
+    try:
+        listener = None if path is None else bind(path)
+    except OSError as error:
+        render.warn(f"no runner listener at {path} ({error}); runners use the API's port")
+        return None
+    if listener is None:
+        render.warn(f"no runner listener: {path or 'the data directory'} "
+                    f"{'is in use or not a socket' if path else 'is too long a path'}; "
+                    "runners use the API's port")
+    return listener
 
 
 def _forwarded_service(service: ServiceSettings, api_port: int) -> str | None:

@@ -99,6 +99,9 @@ class RunnerSettings:
     runner_api_url: str | None = None
     """``SVC_RUNNER_API_URL``: where runners reach the runner protocol (``svc serve`` sets its
     own address when unset)."""
+    runner_api_socket: str | None = None
+    """The Unix socket of ``svc serve``'s runner listener (a worker of its own), which local
+    runners try before ``runner_api_url``; set by ``svc serve``, not a variable."""
     runner_heartbeat_s: float = 10.0
     """``SVC_RUNNER_HEARTBEAT_S``: how often a runner renews its lease."""
     runner_lease_s: float = 60.0

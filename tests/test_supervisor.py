@@ -69,8 +69,11 @@ async def test_a_killed_supervisor_takes_its_workers_and_the_port_with_it(
     port = free_port()
     async with running_api(database_url, tmp_path, WORKERS, port) as base:
         pid = SERVER_PIDS[base]
-        workers = _workers_of(pid)
-        assert len(workers) == 2
+        started = time.monotonic()
+        while len(workers := _workers_of(pid)) < 3:  # two API workers, the runner listener's
+            assert time.monotonic() - started < 30, workers
+            await asyncio.sleep(0.05)
+        assert len(workers) == 3
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         while any(_alive(worker) for worker in workers) or not port_free(port):

@@ -37,4 +37,4 @@ def make_driver(settings: RunnerSettings) -> RunnerDriver:
 
     return LocalDriver(settings.jobs_dir, settings.sessions_dir, settings.local_sandbox,
                        settings.runner_api_url, settings.runner_heartbeat_s, settings.faults,
-                       settings.backend_loopback_ports)
+                       settings.backend_loopback_ports, settings.runner_api_socket)

@@ -107,12 +107,14 @@ class LocalDriver(StatusEach):
     def __init__(self, jobs_dir: Path, sessions_dir: Path, sandbox: str = BWRAP,
                  api_url: str | None = None, heartbeat_s: float = 10.0,
                  faults: frozenset[str] = frozenset(),
-                 loopback_ports: tuple[int, ...] = ()) -> None:
+                 loopback_ports: tuple[int, ...] = (), api_socket: str | None = None) -> None:
         """``sandbox``: ``bwrap`` (refused with ``infra-failed`` when bwrap or pasta cannot
         run here) or ``off``; ``api_url``: where runners reach the runner protocol;
         ``loopback_ports``: the host loopback ports backends may reach
-        (``SVC_BACKEND_LOOPBACK_PORTS``)."""
+        (``SVC_BACKEND_LOOPBACK_PORTS``); ``api_socket``: the Unix socket of ``svc serve``'s
+        runner listener, which runners try before ``api_url``."""
         self.api_url = api_url
+        self.api_socket = api_socket
         self.faults = faults
         self._runner_faulted: set[str] = set()
         self.heartbeat_s = heartbeat_s
@@ -205,6 +207,8 @@ class LocalDriver(StatusEach):
         env = {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": str(folder),
                "SVC_RUNNER_API_URL": self.api_url,
                "SVC_RUNNER_HEARTBEAT_S": str(self.heartbeat_s)}
+        if self.api_socket is not None:
+            env["SVC_RUNNER_API_SOCKET"] = self.api_socket
         started = self.forkserver.spawn(
             folder, runner_args(folder, secret_root, self.bwrap, self.network), env)
         if started is None:  # no forkserver here: start the runner on its own

@@ -65,11 +65,13 @@ def read_job(path: Path) -> JobFile:
 
 
 def connect(job: JobFile, token: str) -> ManagerClient:
-    """The runner protocol client of ``job`` (base URL ``SVC_RUNNER_API_URL``); the token is
-    masked in everything the job sends."""
+    """The runner protocol client of ``job`` (base URL ``SVC_RUNNER_API_URL``, through the
+    runner listener's socket ``SVC_RUNNER_API_SOCKET`` when the local driver names one); the
+    token is masked in everything the job sends."""
     MASKER.add(token)
     return ManagerClient(os.environ["SVC_RUNNER_API_URL"], job.runner_job_id, token,
-                         min(RETRY_FOR_S, job.manager_silence_s))
+                         min(RETRY_FOR_S, job.manager_silence_s),
+                         listener=os.environ.get("SVC_RUNNER_API_SOCKET") or None)
 
 
 def failed(kind: str, message: str, started_at: datetime | None = None,

@@ -6,6 +6,11 @@ with the same body, which the manager accepts once (claims by claimant, lines by
 Each thread of the runner (its main thread, the heartbeats, the line shipper) keeps one
 keep-alive connection: a job's reports do not each open a connection of their own. The
 bodies are the API's own message types (:mod:`runner_assembly.contract.messages`).
+
+A local runner may also be handed the Unix socket of the manager's runner listener
+(``SVC_RUNNER_API_SOCKET``: a worker of its own, so a fleet's reports do not queue in front
+of callers' requests). It is tried first; when it cannot be reached (a manager restarted
+without it) the URL's host and port are.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import encodings.idna  # noqa: F401  http.client encodes the host with it at the first request
 import http.client
 import random
+import socket
 import threading
 import time
 import urllib.parse
@@ -71,11 +77,37 @@ class ManagerRefused(Exception):
         self.code = code
 
 
+class ListenerConnection(http.client.HTTPConnection):
+    """An HTTP connection to the manager's runner listener on the Unix socket ``path``, or,
+    when nothing listens there, to the URL's ``netloc`` as a plain connection would."""
+
+    def __init__(self, path: str, netloc: str, timeout: float) -> None:
+        super().__init__(netloc, timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        """Connect to the socket; to the host and port when it is missing or refused."""
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.settimeout(self.timeout)
+        try:
+            unix.connect(self.path)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            unix.close()
+            super().connect()
+            return
+        except OSError:
+            unix.close()
+            raise
+        self.sock = unix
+
+
 class ManagerClient:
     """Reports of one runner job to the manager."""
 
     def __init__(self, base_url: str, runner_job_id: str, token: str,
-                 retry_for_s: float = RETRY_FOR_S) -> None:
+                 retry_for_s: float = RETRY_FOR_S, listener: str | None = None) -> None:
+        """``listener``: the Unix socket of the manager's runner listener, tried before the
+        URL (``http://`` only)."""
         parts = urllib.parse.urlsplit(base_url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
                 or parts.fragment:
@@ -84,6 +116,7 @@ class ManagerClient:
         self._https = parts.scheme == "https"
         self._netloc = parts.netloc
         self._prefix = parts.path
+        self._listener = listener if listener and not self._https else None
         self.job = runner_job_id
         self.token = token
         self.retry_for_s = retry_for_s
@@ -150,8 +183,12 @@ class ManagerClient:
             self._drop()
             connection = None
         if connection is None:
-            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            connection = kind(self._netloc, timeout=TIMEOUT_S)
+            if self._listener is not None:
+                connection = ListenerConnection(self._listener, self._netloc, TIMEOUT_S)
+            elif self._https:
+                connection = http.client.HTTPSConnection(self._netloc, timeout=TIMEOUT_S)
+            else:
+                connection = http.client.HTTPConnection(self._netloc, timeout=TIMEOUT_S)
             self._local.connection = connection
         return connection
 
