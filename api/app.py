@@ -177,7 +177,7 @@ def create_app(database_url: str, *, pool_size: int = 10,
     runner = settings or service.runner()
     statement_cache = not service.pgbouncer
     relay = RelayAddress.decode(service.ledger_relay)
-    observed = Metrics(metrics_dir)
+    observed = Metrics(metrics_dir, api_worker=not service.runner_listener)
     services = Services(observed, runner)
 
     async def project_and_measure(conn: DbConnection, entries: list[RecordedEntry], *,

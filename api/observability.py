@@ -55,12 +55,13 @@ class Metrics:
     ``shared`` (``PROMETHEUS_MULTIPROC_DIR``, which must be set before prometheus-client is
     imported), in its files, summed over every worker at a scrape."""
 
-    def __init__(self, shared: Path | None = None) -> None:
+    def __init__(self, shared: Path | None = None, api_worker: bool = True) -> None:
+        """``api_worker``: counted in ``svc_workers`` (the runner listener's worker is not)."""
         self.shared = shared
         self.registry = CollectorRegistry()
         self.workers = Gauge("svc_workers", "API worker processes serving",
                              registry=self.registry, multiprocess_mode="livesum")
-        self.workers.set(1)
+        self.workers.set(1 if api_worker else 0)
         self.requests = Counter("svc_http_requests", "HTTP requests by route and status",
                                 ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("svc_http_request_duration_seconds", "HTTP request latency",

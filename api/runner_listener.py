@@ -29,6 +29,8 @@ MAX_PATH_BYTES = 100
 """Longest socket path bound (Linux allows 107 bytes): a longer data directory has no
 runner listener; its runners use the API's port."""
 BACKLOG = 2048
+PROBE_S = 1.0
+"""How long the probe of a socket left in the data directory may take to connect."""
 
 logger = logging.getLogger("uvicorn.error")
 
@@ -47,25 +49,24 @@ def bind(path: Path) -> socket.socket | None:
         if not stat.S_ISSOCK(path.lstat().st_mode):
             return None
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(PROBE_S)
         try:
             probe.connect(str(path))
             return None  # a live server's listener
         except ConnectionRefusedError:
             path.unlink()
+        except OSError:  # busy (its backlog full): live
+            return None
         finally:
             probe.close()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        old_mask = os.umask(0o177)
-        try:
-            listener.bind(str(path))
-        finally:
-            os.umask(old_mask)
+        listener.bind(str(path))
+        os.chmod(path, 0o600)  # before listen: nobody can connect yet
         listener.listen(BACKLOG)
     except OSError:
         listener.close()
         raise
-    listener.set_inheritable(True)
     return listener
 
 
@@ -106,12 +107,20 @@ class ListenerSupervisor(MetricsSupervisor):
         self.listener_process = self._new_listener()
 
     def restart_all(self) -> None:
-        """Replace every worker (SIGHUP), the listener's after the others."""
+        """Replace every worker (SIGHUP), the listener's after the others; a replacement
+        not ready in time is stopped and the old worker kept, as uvicorn does."""
         super().restart_all()
         old = self.listener_process
         if old is None or self.should_exit.is_set():
             return
-        self.listener_process = self._new_listener()
+        new = self._new_listener()
+        assert new is not None
+        if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
+            new.kill()
+            new.join()
+            self._forget({new.pid} if new.pid is not None else set())
+            return
+        self.listener_process = new
         old.terminate()
         old.join()
         self._forget({old.pid} if old.pid is not None else set())

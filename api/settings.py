@@ -83,6 +83,9 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     runner_api_socket: str | None = None
     """Not a variable: the Unix socket of ``svc serve``'s runner listener, for local runners
     (:func:`api.runner_listener.bind`)."""
+    runner_listener: bool = False
+    """Not a variable: this process is the runner listener's worker, not one of the
+    ``--workers N`` (``svc_workers`` does not count it)."""
     ledger_relay: str | None = None
     """Not a variable: where ``svc serve``'s ledger relay listens, for its workers
     (:class:`ledger.relay.RelayAddress`)."""

@@ -228,8 +228,10 @@ VARIABLES: tuple[Variable, ...] = (
              "SIGTERM or Ctrl-C stops every worker; a worker that cannot start stops them all "
              "(exit 3); the workers' commands are committed by one ledger writer on the "
              "supervising process (docs/decisions.md, \"One ledger writer per host\"). `1` serves "
-             "in the `svc serve` process itself. Every worker answers `/metrics` with the counters "
-             "of them all (README, Metrics)", ("command",),
+             "in the `svc serve` process itself. With 2 or more and the local driver, one more "
+             "worker serves local runners' reports on a Unix socket of the data directory "
+             "(`SVC_RUNNER_API_SOCKET`). Every worker answers `/metrics` with the counters of them "
+             "all (README, Metrics)", ("command",),
              shown="the CPUs it may use (its cgroup's CPU quota, else its cores)"),
     _server("SVC_HTTP_KEEPALIVE_S", "5", positive_whole,
             "an idle kept-alive connection is closed after this many seconds"),

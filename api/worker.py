@@ -23,6 +23,7 @@ from pathlib import Path
 from socket import socket
 from typing import Any, Unpack
 
+import msgspec
 from litestar import Litestar
 from uvicorn.config import Config
 
@@ -106,8 +107,9 @@ def supervise(settings: ServiceSettings, listener: socket | None = None,
         os.environ[MULTIPROC_ENV] = str(metrics_dir)  # the workers inherit it when spawned
         try:
             config = WorkerConfig(settings, **options)
-            own = None if listener is None else (
-                WorkerConfig(settings, **{**options, "workers": 1}), listener)
+            own = None if listener is None else (WorkerConfig(
+                msgspec.structs.replace(settings, runner_listener=True),
+                **{**options, "workers": 1}), listener)
             supervisor = ListenerSupervisor(config, sockets=[config.bind_socket()],
                                             metrics_dir=metrics_dir, listener=own)
             supervisor.run()

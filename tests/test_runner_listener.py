@@ -21,6 +21,7 @@ import pytest
 
 from api.runner_listener import MAX_PATH_BYTES, bind, socket_path
 from runner_assembly.contract.messages import ExitBody
+from runner_assembly.runner import manager_client
 from runner_assembly.runner.manager_client import ManagerClient
 from tests.conftest import SERVER_PIDS, free_port, running_api
 from tests.support import refresh_until_settled, task_body
@@ -96,6 +97,30 @@ def test_the_listener_takes_over_from_the_url_once_it_answers(tmp_path: Path) ->
             client.heartbeat()
     assert len(tcp.requests) == 1
     assert len(unix.requests) == 1
+
+
+def test_a_listener_that_does_not_answer_is_left_for_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener that takes connections but answers nothing (a stuck worker: its backlog
+    still accepts) costs one timed-out try; the retry and the reports after it go to the
+    URL until the rest is over, then the listener is tried again."""
+    monkeypatch.setattr(manager_client, "TIMEOUT_S", 0.5)
+    path = tmp_path / "runner.sock"
+    with manager() as tcp, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stuck:
+        stuck.bind(str(path))
+        stuck.listen(8)  # never accepted
+        client = ManagerClient(address(tcp), "job_1", "tok", 10.0, listener=str(path))
+        begun = time.monotonic()
+        client.heartbeat()
+        client.lines("output", 1, ["a"])
+        assert time.monotonic() - begun < 5
+        assert [request for request, _, _ in tcp.requests] == [
+            "/api/v1/runner/jobs/job_1/heartbeat", "/api/v1/runner/jobs/job_1/lines"]
+        monkeypatch.setattr(manager_client, "LISTENER_REST_S", 0.0)
+        client._drop()
+        with pytest.raises(manager_client.ManagerRefused):  # the listener again: stuck
+            ManagerClient(address(tcp), "job_1", "tok", 0.0, listener=str(path)).heartbeat()
 
 
 def test_the_socket_is_the_owners_alone_and_a_dead_one_is_replaced(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ bodies are the API's own message types (:mod:`runner_assembly.contract.messages`
 A local runner may also be handed the Unix socket of the manager's runner listener
 (``SVC_RUNNER_API_SOCKET``: a worker of its own, so a fleet's reports do not queue in front
 of callers' requests). It is tried first; when it cannot be reached (a manager restarted
-without it) the URL's host and port are.
+without it) the URL's host and port are, and after any failed exchange the URL is used for
+:data:`LISTENER_REST_S` (a listener that accepts but does not answer is not waited on).
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ closes idle connections after its keep-alive time (``SVC_HTTP_KEEPALIVE_S``, 5 s
 default), so a heartbeat every 10 s would otherwise find its connection gone."""
 
 
+LISTENER_CONNECT_S = 5.0
+"""How long connecting to the runner listener's socket may take (a full backlog)."""
+LISTENER_REST_S = 30.0
+"""After a failed exchange, how long reports go to the URL rather than the listener."""
+
+
 def retry_after(value: str | None) -> float:
     """The seconds a ``Retry-After`` header asks to wait (0 when absent or not a number of
     seconds; capped at a minute)."""
@@ -88,7 +95,7 @@ class ListenerConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         """Connect to the socket; to the host and port when it is missing or refused."""
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix.settimeout(self.timeout)
+        unix.settimeout(min(LISTENER_CONNECT_S, self.timeout or LISTENER_CONNECT_S))
         try:
             unix.connect(self.path)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
@@ -98,6 +105,7 @@ class ListenerConnection(http.client.HTTPConnection):
         except OSError:
             unix.close()
             raise
+        unix.settimeout(self.timeout)
         self.sock = unix
 
 
@@ -117,6 +125,7 @@ class ManagerClient:
         self._netloc = parts.netloc
         self._prefix = parts.path
         self._listener = listener if listener and not self._https else None
+        self._listener_rests_until = float("-inf")
         self.job = runner_job_id
         self.token = token
         self.retry_for_s = retry_for_s
@@ -143,6 +152,7 @@ class ManagerClient:
                     raise ManagerRefused(status, _code(text))
             except (http.client.HTTPException, OSError, ValueError):
                 asked = 0.0
+                self._listener_rests_until = time.monotonic() + LISTENER_REST_S
             if time.monotonic() > deadline:
                 raise ManagerRefused(0, "manager-unreachable")
             time.sleep(next_pause(pause, asked, deadline - time.monotonic()))
@@ -183,7 +193,7 @@ class ManagerClient:
             self._drop()
             connection = None
         if connection is None:
-            if self._listener is not None:
+            if self._listener is not None and time.monotonic() >= self._listener_rests_until:
                 connection = ListenerConnection(self._listener, self._netloc, TIMEOUT_S)
             elif self._https:
                 connection = http.client.HTTPSConnection(self._netloc, timeout=TIMEOUT_S)
