@@ -6,6 +6,9 @@ the server's user alone, and local runners report through it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
 import socketserver
 import stat
@@ -195,3 +198,53 @@ async def _dispatched(http: httpx.AsyncClient, prompt: str) -> dict[str, Any]:
     answer = await http.post(f"/api/v1/queue/tasks/{task}/dispatch")
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
+
+
+def listening_inode(path: Path) -> str:
+    """The inode of the listening socket bound at ``path``, from ``/proc/net/unix``."""
+    for row in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = row.split()
+        if fields[7:] == [str(path)] and fields[5] == "01":
+            return fields[6]
+    raise AssertionError(f"nothing listens at {path}")
+
+
+def holders(pids: list[int], inode: str) -> list[int]:
+    """Which of ``pids`` hold the socket ``inode`` open."""
+    held = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == f"socket:[{inode}]"
+                   for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                held.append(pid)
+    return held
+
+
+async def test_a_killed_listener_worker_is_replaced_and_its_runners_finish(
+    database_url: str, tmp_path: Path
+) -> None:
+    """``kill -9`` of the listener's worker while a job runs: the supervisor starts another
+    on the same socket, and the job's reports still reach the manager: it completes."""
+    port = free_port()
+    env = {"SVC_WORKERS": "2", "SVC_RUNNER_HEARTBEAT_S": "0.5"}
+    async with running_api(database_url, tmp_path, env, port) as base:
+        path = tmp_path / "data" / "runner.sock"
+        supervisor = SERVER_PIDS[base]
+        inode = listening_inode(path)
+        deadline = time.monotonic() + 30
+        while not (listener := holders(_workers_of(supervisor), inode)):
+            assert time.monotonic() < deadline, "no worker serves the listener"
+            await asyncio.sleep(0.1)
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            task = await _dispatched(http, "sleep: 4")
+            while connected_at(path) == 0:
+                assert time.monotonic() < deadline, "the runner never reached the listener"
+                await asyncio.sleep(0.05)
+            os.kill(listener[0], signal.SIGKILL)
+            while not (replaced := holders(_workers_of(supervisor), inode)) \
+                    or replaced == listener:
+                assert time.monotonic() < deadline + 30, "the listener was not replaced"
+                await asyncio.sleep(0.1)
+            settled = await refresh_until_settled(http, task["taskId"])
+            assert settled["state"] == "completed", settled
+            assert settled["latestAttempt"]["failureKind"] is None
