@@ -4,17 +4,21 @@ the manager has closed it, refusals and retries as before."""
 from __future__ import annotations
 
 import json
+import socketserver
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TypeVar
 
 import pytest
 
 from runner_assembly.contract.messages import ExitBody
 from runner_assembly.runner import manager_client
 from runner_assembly.runner.manager_client import ManagerClient, ManagerRefused
+
+Served = TypeVar("Served", bound=socketserver.BaseServer)
 
 
 class Manager(ThreadingHTTPServer):
@@ -67,8 +71,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def manager(**options: object) -> Iterator[Manager]:
-    server = Manager(**options)  # type: ignore[arg-type]
+def serving(server: Served) -> Iterator[Served]:
+    """``server`` serving on a thread of its own until the block ends."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -76,6 +80,12 @@ def manager(**options: object) -> Iterator[Manager]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def manager(**options: object) -> Iterator[Manager]:
+    with serving(Manager(**options)) as server:  # type: ignore[arg-type]
+        yield server
 
 
 def address(server: Manager) -> str:

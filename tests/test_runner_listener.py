@@ -12,10 +12,7 @@ import signal
 import socket
 import socketserver
 import stat
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,7 @@ from runner_assembly.runner.manager_client import ManagerClient
 from tests.conftest import SERVER_PIDS, free_port, running_api
 from tests.support import refresh_until_settled, task_body
 from tests.test_cli_usage import _workers_of
-from tests.test_manager_client import Handler, address, manager
+from tests.test_manager_client import Handler, address, manager, serving
 
 
 class UnixManager(socketserver.ThreadingUnixStreamServer):
@@ -47,16 +44,8 @@ class UnixManager(socketserver.ThreadingUnixStreamServer):
         self.busy = 0
 
 
-@contextmanager
-def unix_manager(path: Path) -> Iterator[UnixManager]:
-    server = UnixManager(path)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def unix_manager(path: Path) -> contextlib.AbstractContextManager[UnixManager]:
+    return serving(UnixManager(path))
 
 
 def test_reports_go_to_the_listener_on_one_kept_connection(tmp_path: Path) -> None:
