@@ -97,9 +97,7 @@ class ListenerSupervisor(MetricsSupervisor):
         if self.should_exit.is_set() or process is None or \
                 process.is_alive(timeout=self.config.timeout_worker_healthcheck):
             return
-        process.kill()
-        process.join()
-        self._forget({process.pid} if process.pid is not None else set())
+        self._end(process, kill=True)
         if process.exitcode == STARTUP_FAILURE:
             logger.error("The runner listener's worker failed to start, stopping.")
             self.should_exit.set()
@@ -116,14 +114,10 @@ class ListenerSupervisor(MetricsSupervisor):
         new = self._new_listener()
         assert new is not None
         if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
-            new.kill()
-            new.join()
-            self._forget({new.pid} if new.pid is not None else set())
+            self._end(new, kill=True)
             return
         self.listener_process = new
-        old.terminate()
-        old.join()
-        self._forget({old.pid} if old.pid is not None else set())
+        self._end(old, kill=False)
 
     def terminate_all(self) -> None:
         """Ask every worker to stop."""
@@ -136,6 +130,16 @@ class ListenerSupervisor(MetricsSupervisor):
         super().join_all()
         if self.listener_process is not None:
             self.listener_process.join()
+
+    def _end(self, process: Process, *, kill: bool) -> None:
+        """Kill (or ask to stop) ``process``, wait for it, forget its live gauges."""
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        process.join()
+        if process.pid is not None:
+            self._forget({process.pid})
 
     def _new_listener(self) -> Process | None:
         if self.listener is None:
