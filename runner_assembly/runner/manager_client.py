@@ -5,7 +5,9 @@ request carries the job's bearer token; transient failures (no connection, 5xx) 
 with the same body, which the manager accepts once (claims by claimant, lines by ``seq``).
 Each thread of the runner (its main thread, the heartbeats, the line shipper) keeps one
 keep-alive connection: a job's reports do not each open a connection of their own. The
-bodies are the API's own message types (:mod:`runner_assembly.contract.messages`).
+bodies are the API's own message types (:mod:`runner_assembly.contract.messages`), sent and
+read with :mod:`runner_assembly.contract.http1` (a report costs the runner about a fifth of
+the CPU ``http.client`` spent on it: a fleet's runners share their host with the manager).
 
 A local runner may also be handed the Unix socket of the manager's runner listener
 (``SVC_RUNNER_API_SOCKET``: a worker of its own, so a fleet's reports do not queue in front
@@ -16,8 +18,7 @@ without it) the URL's host and port are, and after any failed exchange the URL i
 
 from __future__ import annotations
 
-import encodings.idna  # noqa: F401  http.client encodes the host with it at the first request
-import http.client
+import encodings.idna  # noqa: F401  imported now: a host name is encoded with it later
 import random
 import socket
 import threading
@@ -28,6 +29,7 @@ from typing import Any, Literal, cast
 
 import msgspec
 
+from runner_assembly.contract.http1 import Answer, ProtocolError, read_answer, request_head
 from runner_assembly.contract.messages import (
     AssemblyBody,
     Channel,
@@ -84,29 +86,41 @@ class ManagerRefused(Exception):
         self.code = code
 
 
-class ListenerConnection(http.client.HTTPConnection):
-    """An HTTP connection to the manager's runner listener on the Unix socket ``path``, or,
-    when nothing listens there, to the URL's ``netloc`` as a plain connection would."""
+class Connection:
+    """One kept connection to the manager: a request is written in one piece, its answer
+    read by its length."""
 
-    def __init__(self, path: str, netloc: str, timeout: float) -> None:
-        super().__init__(netloc, timeout=timeout)
-        self.path = path
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = sock.makefile("rb")
 
-    def connect(self) -> None:
-        """Connect to the socket; to the host and port when it is missing or refused."""
-        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix.settimeout(min(LISTENER_CONNECT_S, self.timeout or LISTENER_CONNECT_S))
-        try:
-            unix.connect(self.path)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-            unix.close()
-            super().connect()
-            return
-        except OSError:
-            unix.close()
-            raise
-        unix.settimeout(self.timeout)
-        self.sock = unix
+    def exchange(self, request: bytes) -> tuple[Answer, bool]:
+        """Send ``request`` (head and body); the answer, and whether the manager closes the
+        connection after it."""
+        self.sock.sendall(request)
+        return read_answer(self.reader, "POST")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.reader.close()
+        self.sock.close()
+
+
+def listener_socket(path: str, timeout: float) -> socket.socket | None:
+    """A connection to the runner listener's Unix socket ``path``; None when nothing listens
+    there (missing or refused). Connecting may take :data:`LISTENER_CONNECT_S` at most."""
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.settimeout(min(LISTENER_CONNECT_S, timeout))
+    try:
+        unix.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+        unix.close()
+        return None
+    except OSError:
+        unix.close()
+        raise
+    unix.settimeout(timeout)
+    return unix
 
 
 class ManagerClient:
@@ -121,8 +135,11 @@ class ManagerClient:
                 or parts.fragment:
             raise ValueError("the manager's address must be an http:// or https:// URL with "
                              "a host and no query")  # never send the token anywhere else
+        if "\r" in token or "\n" in token or "\r" in parts.path or "\n" in parts.path:
+            raise ValueError("the job's token and the manager's address hold no line break")
         self._https = parts.scheme == "https"
-        self._netloc = parts.netloc
+        self._address = (parts.hostname, parts.port or (443 if self._https else 80))
+        self._host = parts.netloc.rpartition("@")[2].encode("idna").decode("ascii")
         self._prefix = parts.path
         self._listener = listener if listener and not self._https else None
         self._listener_rests_until = float("-inf")
@@ -150,7 +167,7 @@ class ManagerClient:
                     return value if isinstance(value, dict) else {}
                 if status < 500:
                     raise ManagerRefused(status, _code(text))
-            except (http.client.HTTPException, OSError, ValueError):
+            except (ProtocolError, OSError, ValueError):
                 asked = 0.0
                 self._listener_rests_until = time.monotonic() + LISTENER_REST_S
             if time.monotonic() > deadline:
@@ -162,48 +179,51 @@ class ManagerClient:
         """One request on this thread's connection: its status and body. A kept connection
         the manager has closed meanwhile (a cap on connections, a restart) is opened again
         at once."""
-        reused = self._connection().sock is not None
-        try:
-            return self._send(target, data)
-        except (http.client.HTTPException, OSError):
-            if not reused:
-                raise
-        return self._send(target, data)
+        request = request_head("POST", target, self._host, {
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            len(data)) + data
+        kept: Connection | None = getattr(self._local, "connection", None)
+        if kept is not None and time.monotonic() - self._local.used > REUSE_IDLE_S:
+            self._drop()
+            kept = None
+        if kept is not None:
+            try:
+                return self._send(kept, request)
+            except (ProtocolError, OSError):
+                pass
+        return self._send(self._open(), request)
 
-    def _send(self, target: str, data: bytes) -> tuple[int, bytes, float]:
-        connection = self._connection()
+    def _send(self, connection: Connection, request: bytes) -> tuple[int, bytes, float]:
         try:
-            connection.request("POST", target, body=data, headers={
-                "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
-            answer = connection.getresponse()
-            text = answer.read()
-        except (http.client.HTTPException, OSError):
+            answer, closes = connection.exchange(request)
+        except (ProtocolError, OSError):
             self._drop()
             raise
-        if answer.will_close:
+        if closes:
             self._drop()
         self._local.used = time.monotonic()
-        return answer.status, text, retry_after(answer.getheader("Retry-After"))
+        return answer.status, answer.body, retry_after(answer.headers.get("retry-after"))
 
-    def _connection(self) -> http.client.HTTPConnection:
-        connection: http.client.HTTPConnection | None = getattr(self._local, "connection",
-                                                                None)
-        if connection is not None and \
-                time.monotonic() - getattr(self._local, "used", 0.0) > REUSE_IDLE_S:
-            self._drop()
-            connection = None
-        if connection is None:
-            if self._listener is not None and time.monotonic() >= self._listener_rests_until:
-                connection = ListenerConnection(self._listener, self._netloc, TIMEOUT_S)
-            elif self._https:
-                connection = http.client.HTTPSConnection(self._netloc, timeout=TIMEOUT_S)
-            else:
-                connection = http.client.HTTPConnection(self._netloc, timeout=TIMEOUT_S)
-            self._local.connection = connection
+    def _open(self) -> Connection:
+        """A new connection for this thread: to the listener's socket unless it rests or
+        nothing listens there, else to the URL's host and port."""
+        sock = None
+        if self._listener is not None and time.monotonic() >= self._listener_rests_until:
+            sock = listener_socket(self._listener, TIMEOUT_S)
+        if sock is None:
+            sock = socket.create_connection(self._address, timeout=TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._https:
+                import ssl
+
+                sock = ssl.create_default_context().wrap_socket(
+                    sock, server_hostname=self._address[0])
+        connection = Connection(sock)
+        self._local.connection = connection
         return connection
 
     def _drop(self) -> None:
-        connection = getattr(self._local, "connection", None)
+        connection: Connection | None = getattr(self._local, "connection", None)
         self._local.connection = None
         if connection is not None:
             connection.close()
