@@ -211,3 +211,18 @@ async def test_the_one_call_appends_as_the_statements_do_under_contention(
         "SELECT has_function_privilege('svc_app', 'session_lines_append(text, text, "
         "timestamptz, text, text, text, bigint, text[], integer[], integer[], bigint, "
         "bigint)', 'EXECUTE')"), "the service's role may call it"
+
+
+async def test_the_batch_function_keeps_generic_plans_where_the_pools_force_custom_ones(
+    conn: asyncpg.Connection, database_url: str
+) -> None:
+    """Migration 0025: the function's statements are planned once per connection even on the
+    read pools, which force a custom plan for every other statement they run."""
+    config = await conn.fetchval(
+        "SELECT proconfig FROM pg_proc WHERE proname = 'session_lines_append'")
+    assert config == ["plan_cache_mode=force_generic_plan"]
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    try:
+        assert await pool.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+    finally:
+        await pool.close()
