@@ -6,7 +6,7 @@ with the same body, which the manager accepts once (claims by claimant, lines by
 Each thread of the runner (its main thread, the heartbeats, the line shipper) keeps one
 keep-alive connection: a job's reports do not each open a connection of their own. The
 bodies are the API's own message types (:mod:`runner_assembly.contract.messages`), sent and
-read with :mod:`runner_assembly.contract.http1` (a report costs the runner about a fifth of
+read with :mod:`runner_assembly.contract.http1` (a report costs the runner less than half
 the CPU ``http.client`` spent on it: a fleet's runners share their host with the manager).
 
 A local runner may also be handed the Unix socket of the manager's runner listener

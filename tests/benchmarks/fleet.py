@@ -5,7 +5,10 @@ one manager. N runner jobs are alive at once (``SVC_RUNNER_HEARTBEAT_S=1``, so 2
 Figures, each next to the baseline it is divided by:
 
 - ``fleet_list50_p99_ratio``: p99 of a 50-task page under the fleet (every job printing a
-  line a second) ÷ the same load with no job alive; each the median of three readings.
+  line a second) ÷ the same load with no job alive. The fleet's figure is the median of
+  three readings; the one without it, the median of six: three just before the fleet starts
+  and three just after it has ended, so that the machine's drift over the minute between
+  (its speed moves by up to a factor of two, ``docs/performance.md``) falls on both sides.
 - ``ledger_entries_per_job_hour``: the entries one job's whole life appends (submit to end)
   plus what it appends per hour while it runs (heartbeats and lines append none).
 - ``server_cpu_ms_per_heartbeat``: the server's CPU while N jobs only beat (their backends
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -90,9 +94,8 @@ def figures(bench: Harness) -> None:
     url = bench.database("bench_fleet")
     with bench.api(url, env=server_env()) as base:
         client = Fleet(base, url)
-        idle_p99 = client.list_p99_under_submits(bench.seconds)
         beat_ms = _heartbeat_figures(bench, client, size)
-        _line_fleet_figures(bench, client, size, idle_p99, beat_ms)
+        _line_fleet_figures(bench, client, size, beat_ms)
         _ingest_figures(bench, client)
 
 
@@ -138,10 +141,11 @@ def _heartbeat_figures(bench: Harness, client: Fleet, size: int) -> float:
     return cpu * 1000 / max(beats, 1)
 
 
-def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: float,
-                        beat_ms: float) -> None:
+def _line_fleet_figures(bench: Harness, client: Fleet, size: int, beat_ms: float) -> None:
     """Jobs printing a line a second: the server's CPU per line batch (beyond the beats, at
-    ``beat_ms`` each), list p99 against the idle one, line visibility."""
+    ``beat_ms`` each), list p99 against the idle one (read before and after), line
+    visibility."""
+    idle = client.list_p99_readings(bench.seconds)
     tasks = client.start_jobs(size, {"prompt": "stamp", "backendProfile": STAMP_PROFILE})
     window, cpu, postgres, (beats, batches) = _measured_window(
         bench, lambda: (client.heartbeats(), client.line_batches()))
@@ -153,13 +157,17 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, idle_p99: floa
     bench.report("postgres_cpu_ms_per_report", postgres * 1000 / reports)
     bench.report("manager_cpu_ms_per_report", manager_ms)
     bench.report("agents_per_core_at_1_report_per_s", 1000 / manager_ms)
-    fleet_p99 = client.list_p99_under_submits(bench.seconds)
+    fleet_p99 = statistics.median(client.list_p99_readings(bench.seconds))
     delays = _line_delays(client, client.sessions_of(tasks[:VISIBLE_SESSIONS]),
                           max(bench.seconds, 10))
     client.end(tasks)
+    after = client.list_p99_readings(bench.seconds)
+    idle_p99 = statistics.median(idle + after)
     bench.report("fleet_list50_p99_ratio", fleet_p99 / idle_p99)
     bench.report("fleet_list50_p99_ms", fleet_p99 * 1000)
     bench.report("idle_list50_p99_ms", idle_p99 * 1000)
+    bench.report("idle_list50_p99_ms_before", statistics.median(idle) * 1000)
+    bench.report("idle_list50_p99_ms_after", statistics.median(after) * 1000)
     bench.report("line_visible_ms_p50", _percentile(delays, 50))
     bench.report("line_visible_ms_p99", _percentile(delays, 99))
     bench.report("line_visible_samples", len(delays))
@@ -260,10 +268,11 @@ class Fleet:
                     after[session] = page["nextAfterSeq"]
                 time.sleep(0.02)
 
-    def list_p99_under_submits(self, seconds: int) -> float:
-        """p99 (s) of a 50-task page with 16 clients while 16 others submit: the median of
-        three readings (one stall in a window of a few thousand answers is its p99)."""
-        return sorted(self._one_list_p99(seconds) for _ in range(3))[1]
+    def list_p99_readings(self, seconds: int) -> list[float]:
+        """Three readings of the p99 (s) of a 50-task page with 16 clients while 16 others
+        submit (one stall in a window of a few thousand answers is its p99: the caller
+        takes a median)."""
+        return [self._one_list_p99(seconds) for _ in range(3)]
 
     def _one_list_p99(self, seconds: int) -> float:
         submitting = threading.Thread(target=tools.wrk, args=(
