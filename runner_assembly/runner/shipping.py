@@ -86,11 +86,14 @@ class Shipper:
         if source in self._long:
             return self._ship_parts(source)
         try:
-            if path.stat().st_size <= self.offsets[source]:
+            written = path.stat().st_size - self.offsets[source]
+            if written <= 0:
                 return False  # nothing new: one system call, no open and read
             with path.open("rb") as handle:
                 handle.seek(self.offsets[source])
-                data = handle.read(MAX_BATCH_BYTES)
+                # what was written, not a whole batch's buffer: a buffer of 256 KiB is mapped
+                # and unmapped at each read, and each unmapping interrupts every core
+                data = handle.read(min(written, MAX_BATCH_BYTES))
                 more = bool(handle.read(1))
         except FileNotFoundError:
             return False
