@@ -30,8 +30,8 @@ async def renew_held(db: Queryable, runner_job_id: str, token_sha256: str,
     did. A lone statement, committed without waiting for the WAL flush (liveness, not
     history): never call it on a connection inside a transaction that writes anything else,
     whose commit would then not wait either."""
-    status: str = await db.execute(SQL["renew_held"], runner_job_id, token_sha256, at)
-    return status == "UPDATE 1"
+    renewed: bool = await db.fetchval(SQL["renew_held"], runner_job_id, token_sha256, at)
+    return renewed
 
 
 async def held_session(db: Queryable, runner_job_id: str, token_sha256: str) -> str | None:

@@ -7,12 +7,11 @@ SET last_seen = greatest(l.last_seen, EXCLUDED.last_seen), renewals = l.renewals
 
 -- name: renew_held
 -- A heartbeat renews liveness, not history: its one-statement transaction commits without
--- waiting for the WAL flush (`synchronous_commit` off for this transaction only). A crash of
--- Postgres can take back at most the last few hundred milliseconds of renewals, which the
--- next beats give again; every ledger event and every line batch still waits for the flush.
-WITH liveness AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true))
-UPDATE runner_job_leases SET last_seen = greatest(last_seen, $3), renewals = renewals + 1
-WHERE runner_job_id = $1 AND token_sha256 = $2 AND EXISTS (SELECT FROM liveness)
+-- waiting for the WAL flush (`synchronous_commit` off for this transaction only, migration
+-- 0026). A crash of Postgres can take back at most the last few hundred milliseconds of
+-- renewals, which the next beats give again; every ledger event and every line batch still
+-- waits for the flush.
+SELECT runner_lease_renew_held($1, $2, $3)
 
 -- name: last_seen
 SELECT last_seen FROM runner_job_leases WHERE runner_job_id = $1
