@@ -58,22 +58,31 @@ def test_an_answer_the_server_closes_after_says_so(head: bytes, body: bytes) -> 
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json",  # head cut short
     b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+    "HTTP/1.1 ²00 OK\r\nContent-Length: 0\r\n\r\n".encode("latin-1"),  # not ASCII digits
+    "HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode("latin-1"),
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n",  # past the body cap
+    b"HTTP/1.1 100 Continue\r\n\r\n" * 11 + SIZED,  # interim answers without end
 ])
 def test_an_answer_that_is_not_whole_http_is_an_error(wire: bytes) -> None:
     with pytest.raises(ProtocolError):
         read_answer(io.BytesIO(wire), "POST")
 
 
-@pytest.mark.parametrize("part", ["target", "name", "value"])
-def test_a_line_break_in_a_request_head_is_refused(part: str) -> None:
+@pytest.mark.parametrize("part", ["target", "space", "name", "value", "nul"])
+def test_a_line_break_or_control_in_a_request_head_is_refused(part: str) -> None:
     fields = {"Authorization": "Bearer t"}
     target = "/api/v1/x"
     if part == "target":
         target += " HTTP/1.1\r\nX-Injected: 1\r\n"
+    elif part == "space":
+        target += " x"
     elif part == "name":
         fields["X-A\nB"] = "1"
-    else:
+    elif part == "value":
         fields["Authorization"] = "Bearer t\r\nX-Injected: 1"
+    else:
+        fields["Authorization"] = "Bearer t\x00"
     with pytest.raises(ValueError):
         request_head("POST", target, "localhost", fields, 2)
     assert request_head("POST", "/api/v1/x", "localhost", {"Authorization": "Bearer t"}, 2) \
@@ -135,7 +144,9 @@ def test_the_runner_reads_answers_written_a_byte_at_a_time_chunked_or_closing() 
     chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                b"f\r\n{\"start\": true}\r\n0\r\n\r\n")
     closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
-    with raw_manager([SIZED, chunked, closing, SIZED], close_after={2}) as server:
+    # the manager keeps the connection open after "Connection: close": only the client's
+    # reading of that field makes it open another
+    with raw_manager([SIZED, chunked, closing, SIZED]) as server:
         port = server.listening.getsockname()[1]
         client = ManagerClient(f"http://127.0.0.1:{port}/base", "job_1", "tok", 5.0)
         client.heartbeat()
@@ -150,11 +161,15 @@ def test_the_runner_reads_answers_written_a_byte_at_a_time_chunked_or_closing() 
         assert "Authorization: Bearer tok\r\n" in first
 
 
-def test_a_token_that_could_split_the_request_is_refused_before_anything_is_sent() -> None:
+@pytest.mark.parametrize(("job", "token"), [("job_1", "tok\r\nX-Injected: 1"),
+                                            ("job 1", "tok"), ("job_1\n", "tok")])
+def test_a_token_or_job_that_could_split_the_request_is_refused_before_anything_is_sent(
+    job: str, token: str
+) -> None:
     with raw_manager([SIZED]) as server:
         port = server.listening.getsockname()[1]
         with pytest.raises(ValueError):
-            ManagerClient(f"http://127.0.0.1:{port}", "job_1", "tok\r\nX-Injected: 1", 5.0)
+            ManagerClient(f"http://127.0.0.1:{port}", job, token, 5.0)
         assert server.heads == []
 
 

@@ -226,3 +226,17 @@ async def test_the_batch_function_keeps_generic_plans_where_the_pools_force_cust
         assert await pool.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
     finally:
         await pool.close()
+
+
+async def test_the_heartbeat_function_keeps_generic_plans_and_the_service_may_run_it(
+    conn: asyncpg.Connection
+) -> None:
+    """Migration 0026: the held-token renewal, granted to the service's role outright."""
+    config = await conn.fetchval(
+        "SELECT proconfig FROM pg_proc WHERE proname = 'runner_lease_renew_held'")
+    assert config == ["plan_cache_mode=force_generic_plan"]
+    for function in ("runner_lease_renew_held(text, text, timestamptz)",
+                     "session_lines_append(text, text, timestamptz, text, text, text, bigint,"
+                     " text[], integer[], integer[], bigint, bigint)"):
+        assert await conn.fetchval("SELECT has_function_privilege('svc_app', $1, 'EXECUTE')",
+                                   function)

@@ -18,3 +18,7 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+-- Said outright for the service's group role, as for 0023's function (a DBA may revoke
+-- PUBLIC's right to execute by default).
+GRANT EXECUTE ON FUNCTION runner_lease_renew_held(text, text, timestamptz) TO svc_app;

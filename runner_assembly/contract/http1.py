@@ -15,6 +15,11 @@ from typing import NamedTuple, Protocol
 
 MAX_HEADER_BYTES = 64 * 1024
 """The most an answer's status line and header fields may take together."""
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The largest answer body read (the API's pages are far smaller)."""
+MAX_INTERIM_ANSWERS = 10
+"""The most 1xx answers skipped before the answer."""
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
 class ProtocolError(Exception):
@@ -40,10 +45,15 @@ class Reader(Protocol):
 def request_head(method: str, target: str, host: str, headers: Mapping[str, str],
                  length: int | None) -> bytes:
     """The head of a request (``length``: its body's, or None for no body). ValueError when
-    a part would break the head (a line break or a character outside Latin-1)."""
-    parts = [method, target, host, *headers, *headers.values()]
-    if any("\r" in part or "\n" in part for part in parts):
-        raise ValueError("a request's target or header field holds a line break")
+    a part would break the head (a space in the target, a line break or another control
+    character, a character outside Latin-1)."""
+    if any(ord(char) <= 0x20 or char == "\x7f" for char in method + target + host):
+        raise ValueError("a request's method, target or host holds a space or control "
+                         "character")
+    for name, value in headers.items():
+        if any(ord(char) <= 0x20 or char == "\x7f" for char in name) or any(
+                (ord(char) < 0x20 and char != "\t") or char == "\x7f" for char in value):
+            raise ValueError(f"header field {name!r} holds a control character")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     if length is not None:
@@ -55,10 +65,12 @@ def read_answer(reader: Reader, method: str) -> tuple[Answer, bool]:
     """Read one answer to ``method`` (skipping 1xx answers) and whether the server closes
     the connection after it (``Connection: close``, HTTP/1.0, or a body that ends with the
     stream). Raises ProtocolError, or OSError from the socket (a timeout included)."""
-    while True:
+    for _ in range(MAX_INTERIM_ANSWERS + 1):
         version, status, fields = _read_head(reader)
         if not 100 <= status < 200:
             break
+    else:
+        raise ProtocolError("too many interim (1xx) answers")
     closes = "close" in fields.get("connection", "").lower() or (
         version == "HTTP/1.0" and "keep-alive" not in fields.get("connection", "").lower())
     if method == "HEAD" or status in (204, 304):
@@ -67,9 +79,14 @@ def read_answer(reader: Reader, method: str) -> tuple[Answer, bool]:
         return Answer(status, fields, _read_chunked(reader)), closes
     length = fields.get("content-length")
     if length is None:
-        return Answer(status, fields, reader.read()), True
-    if not length.isdigit():
+        body = reader.read(MAX_BODY_BYTES + 1)
+        if len(body) > MAX_BODY_BYTES:
+            raise ProtocolError("the answer's body is too large")
+        return Answer(status, fields, body), True
+    if not (length.isascii() and length.isdigit()):
         raise ProtocolError(f"not a Content-Length: {length[:40]!r}")
+    if int(length) > MAX_BODY_BYTES:
+        raise ProtocolError("the answer's body is too large")
     body = reader.read(int(length))
     if len(body) < int(length):
         raise ProtocolError("the answer ended before its Content-Length")
@@ -82,7 +99,8 @@ def _read_head(reader: Reader) -> tuple[str, int, dict[str, str]]:
     if not status_line:
         raise ProtocolError("the connection closed before an answer")
     parts = status_line.decode("latin-1").rstrip("\r\n").split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or len(parts[1]) != 3 \
+            or not (parts[1].isascii() and parts[1].isdigit()):
         raise ProtocolError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
     fields: dict[str, str] = {}
     used = len(status_line)
@@ -99,14 +117,18 @@ def _read_head(reader: Reader) -> tuple[str, int, dict[str, str]]:
 def _read_chunked(reader: Reader) -> bytes:
     """The body of a chunked transfer coding (its trailer fields read and ignored)."""
     body: list[bytes] = []
+    total = 0
     while True:
         size_line = reader.readline(MAX_HEADER_BYTES)
         if not size_line.endswith(b"\n"):
             raise ProtocolError("a chunk size line is cut short")
-        try:
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise ProtocolError("a chunk size is not hexadecimal") from None
+        digits = size_line.split(b";", 1)[0].strip()
+        if not digits or not _HEX.issuperset(digits):
+            raise ProtocolError("a chunk size is not hexadecimal")
+        size = int(digits, 16)
+        total += size
+        if total > MAX_BODY_BYTES:
+            raise ProtocolError("the answer's body is too large")
         if size == 0:
             while reader.readline(MAX_HEADER_BYTES) not in (b"\r\n", b"\n", b""):
                 pass  # trailer fields

@@ -135,8 +135,8 @@ class ManagerClient:
                 or parts.fragment:
             raise ValueError("the manager's address must be an http:// or https:// URL with "
                              "a host and no query")  # never send the token anywhere else
-        if "\r" in token or "\n" in token or "\r" in parts.path or "\n" in parts.path:
-            raise ValueError("the job's token and the manager's address hold no line break")
+        request_head("POST", parts.path + f"/api/v1/runner/jobs/{runner_job_id}/claim",
+                     "host", {"Authorization": f"Bearer {token}"}, 0)  # ValueError: unsendable
         self._https = parts.scheme == "https"
         self._address = (parts.hostname, parts.port or (443 if self._https else 80))
         self._host = parts.netloc.rpartition("@")[2].encode("idna").decode("ascii")
@@ -183,7 +183,8 @@ class ManagerClient:
             "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
             len(data)) + data
         kept: Connection | None = getattr(self._local, "connection", None)
-        if kept is not None and time.monotonic() - self._local.used > REUSE_IDLE_S:
+        if kept is not None and \
+                time.monotonic() - getattr(self._local, "used", 0.0) > REUSE_IDLE_S:
             self._drop()
             kept = None
         if kept is not None:
@@ -196,7 +197,7 @@ class ManagerClient:
     def _send(self, connection: Connection, request: bytes) -> tuple[int, bytes, float]:
         try:
             answer, closes = connection.exchange(request)
-        except (ProtocolError, OSError):
+        except BaseException:  # whatever the answer left unread: never used again
             self._drop()
             raise
         if closes:

@@ -101,7 +101,7 @@ class Shipper:
         if end == 0 and len(data) == MAX_BATCH_BYTES:  # a line longer than a batch
             return self._take_long(source, path, final)
         if end == 0:
-            return False
+            return final and more  # at the end, a last line still growing: read it again
         items: list[str | LinePart] = []
         used = 0
         while used < end:

@@ -145,6 +145,7 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, beat_ms: float
     """Jobs printing a line a second: the server's CPU per line batch (beyond the beats, at
     ``beat_ms`` each), list p99 against the idle one (read before and after), line
     visibility."""
+    _settled()  # the beating fleet's teardown is over
     idle = client.list_p99_readings(bench.seconds)
     tasks = client.start_jobs(size, {"prompt": "stamp", "backendProfile": STAMP_PROFILE})
     window, cpu, postgres, (beats, batches) = _measured_window(
@@ -161,6 +162,7 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, beat_ms: float
     delays = _line_delays(client, client.sessions_of(tasks[:VISIBLE_SESSIONS]),
                           max(bench.seconds, 10))
     client.end(tasks)
+    _settled()
     after = client.list_p99_readings(bench.seconds)
     idle_p99 = statistics.median(idle + after)
     bench.report("fleet_list50_p99_ratio", fleet_p99 / idle_p99)
@@ -171,6 +173,27 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, beat_ms: float
     bench.report("line_visible_ms_p50", _percentile(delays, 50))
     bench.report("line_visible_ms_p99", _percentile(delays, 99))
     bench.report("line_visible_samples", len(delays))
+
+
+def _settled(busy_below: float = 0.15, timeout_s: float = 60) -> None:
+    """Wait (``timeout_s`` at most) until a whole second passes with the machine below
+    ``busy_below`` of its CPU: a fleet's end (runners, sandboxes, their clean-up) is over,
+    so an idle reading does not share the machine with it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = _cpu_ticks()
+        time.sleep(1)
+        after = _cpu_ticks()
+        total = sum(after) - sum(before)
+        idle = (after[3] + after[4]) - (before[3] + before[4])
+        if total and 1 - idle / total < busy_below:
+            return
+
+
+def _cpu_ticks() -> list[int]:
+    """The machine's CPU time so far, by kind (``/proc/stat``: user, nice, system, idle,
+    iowait, …)."""
+    return [int(field) for field in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
 
 
 def _line_delays(client: Fleet, sessions: list[str], seconds: int) -> list[float]:
