@@ -3,7 +3,8 @@
 ``http.client`` costs a client command ~30 ms of start-up (it imports ``email`` and ``ssl``)
 and a runner ~0.25 ms of CPU a report (it parses each answer's header fields with
 ``email``). Both send small requests to one server and read its answers, so this module does
-just that: a request's head (a value with a line break in it is refused), and an answer's
+just that: a request's head (a part with a line break or other control character in it is
+refused), and an answer's
 status, header fields and body, framed by ``Content-Length``, chunked, or by the end of the
 stream; 1xx answers are skipped.
 """
@@ -47,18 +48,21 @@ def request_head(method: str, target: str, host: str, headers: Mapping[str, str]
     """The head of a request (``length``: its body's, or None for no body). ValueError when
     a part would break the head (a space in the target, a line break or another control
     character, a character outside Latin-1)."""
-    if any(ord(char) <= 0x20 or char == "\x7f" for char in method + target + host):
-        raise ValueError("a request's method, target or host holds a space or control "
-                         "character")
-    for name, value in headers.items():
-        if any(ord(char) <= 0x20 or char == "\x7f" for char in name) or any(
-                (ord(char) < 0x20 and char != "\t") or char == "\x7f" for char in value):
-            raise ValueError(f"header field {name!r} holds a control character")
+    if any(_controls(part, allowed="") for part in (method, target, host, *headers)):
+        raise ValueError("a request's method, target, host or field name holds a space or "
+                         "control character")
+    if any(_controls(value, allowed=" \t") for value in headers.values()):
+        raise ValueError("a request's header field holds a control character")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     if length is not None:
         lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _controls(text: str, allowed: str) -> bool:
+    """Whether ``text`` holds a control character or space not in ``allowed``."""
+    return any((ord(char) <= 0x20 or char == "\x7f") and char not in allowed for char in text)
 
 
 def read_answer(reader: Reader, method: str) -> tuple[Answer, bool]:
@@ -71,8 +75,8 @@ def read_answer(reader: Reader, method: str) -> tuple[Answer, bool]:
             break
     else:
         raise ProtocolError("too many interim (1xx) answers")
-    closes = "close" in fields.get("connection", "").lower() or (
-        version == "HTTP/1.0" and "keep-alive" not in fields.get("connection", "").lower())
+    connection = fields.get("connection", "").lower()
+    closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
     if method == "HEAD" or status in (204, 304):
         return Answer(status, fields, b""), closes
     if "chunked" in fields.get("transfer-encoding", "").lower():

@@ -135,12 +135,14 @@ class ManagerClient:
                 or parts.fragment:
             raise ValueError("the manager's address must be an http:// or https:// URL with "
                              "a host and no query")  # never send the token anywhere else
-        request_head("POST", parts.path + f"/api/v1/runner/jobs/{runner_job_id}/claim",
-                     "host", {"Authorization": f"Bearer {token}"}, 0)  # ValueError: unsendable
         self._https = parts.scheme == "https"
         self._address = (parts.hostname, parts.port or (443 if self._https else 80))
         self._host = parts.netloc.rpartition("@")[2].encode("idna").decode("ascii")
         self._prefix = parts.path
+        self._fields = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        # a job id, token or address that cannot be sent is refused now, not retried later
+        request_head("POST", f"{self._prefix}/api/v1/runner/jobs/{runner_job_id}/claim",
+                     self._host, self._fields, 0)
         self._listener = listener if listener and not self._https else None
         self._listener_rests_until = float("-inf")
         self.job = runner_job_id
@@ -179,9 +181,7 @@ class ManagerClient:
         """One request on this thread's connection: its status and body. A kept connection
         the manager has closed meanwhile (a cap on connections, a restart) is opened again
         at once."""
-        request = request_head("POST", target, self._host, {
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            len(data)) + data
+        request = request_head("POST", target, self._host, self._fields, len(data)) + data
         kept: Connection | None = getattr(self._local, "connection", None)
         if kept is not None and \
                 time.monotonic() - getattr(self._local, "used", 0.0) > REUSE_IDLE_S:
