@@ -7,7 +7,9 @@ neither reads nor rebuilds them, and a job without one is as silent as its ledge
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from ledger.database import Queryable
 from ledger.sqlfile import load_queries
@@ -32,6 +34,22 @@ async def renew_held(db: Queryable, runner_job_id: str, token_sha256: str,
     whose commit would then not wait either."""
     renewed: bool = await db.fetchval(SQL["renew_held"], runner_job_id, token_sha256, at)
     return renewed
+
+
+class Beat(NamedTuple):
+    """A heartbeat under a token the job's lease row should hold (:func:`renew_held`)."""
+
+    runner_job_id: str
+    token_sha256: str
+    at: datetime
+
+
+async def renew_held_group(db: Queryable, beats: Sequence[Beat]) -> list[bool]:
+    """:func:`renew_held` of each beat, in order, in one statement (group commit,
+    :mod:`ledger.grouped`): whether each renewed."""
+    rows = await db.fetch(SQL["renew_held_group"], [beat.runner_job_id for beat in beats],
+                          [beat.token_sha256 for beat in beats], [beat.at for beat in beats])
+    return [bool(row[0]) for row in rows]
 
 
 async def held_session(db: Queryable, runner_job_id: str, token_sha256: str) -> str | None:

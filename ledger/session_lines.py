@@ -14,6 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import asyncpg
+from asyncpg import Record
+
 from ledger.database import DbConnection, Queryable
 from ledger.errors import InvalidTransition
 from ledger.redaction import redact_text
@@ -126,6 +129,24 @@ class Holder:
     at: datetime
 
 
+@dataclass(frozen=True)
+class HeldBatch:
+    """A numbered batch of prepared pieces under a token its job's lease row should hold:
+    :func:`append_once` of a :class:`Holder`, alone or in a group (:func:`append_held_group`)."""
+
+    holder: Holder
+    runner_job_id: str
+    channel: str
+    batch_seq: int
+    pieces: Sequence[Piece]
+    stream: str = "stdout"
+
+    @property
+    def bytes(self) -> int:
+        """The batch's bytes as a job channel's bound counts them (a newline each)."""
+        return sum(len(piece.text.encode()) + 1 for piece in self.pieces)
+
+
 async def append_once(conn: DbConnection, to: str | Holder, runner_job_id: str, channel: str,
                       batch_seq: int, pieces: Sequence[Piece], max_bytes: int | None = None,
                       stream: str = "stdout") -> bool | None:
@@ -142,13 +163,64 @@ async def append_once(conn: DbConnection, to: str | Holder, runner_job_id: str, 
         [piece.text for piece in pieces], [piece.part for piece in pieces],
         [piece.parts for piece in pieces],
         sum(len(piece.text.encode()) + 1 for piece in pieces), max_bytes)
+    return await settle(conn, row, runner_job_id, channel, batch_seq, pieces, max_bytes,
+                        stream)
+
+
+async def append_held(db: Queryable, batch: HeldBatch,
+                      max_bytes: int | None = None) -> Record:
+    """The stored function's answer to ``batch`` alone (:func:`settle` it)."""
+    row: Record = await db.fetchrow(
+        SQL["append"], batch.runner_job_id, batch.holder.token_sha256, batch.holder.at, None,
+        batch.channel, batch.stream, batch.batch_seq, [piece.text for piece in batch.pieces],
+        [piece.part for piece in batch.pieces], [piece.parts for piece in batch.pieces],
+        batch.bytes, max_bytes)
+    return row
+
+
+async def append_held_group(db: Queryable, batches: Sequence[HeldBatch],
+                            max_bytes: int | None = None) -> list[Record]:
+    """:func:`append_held` of each batch, in order, in one statement and one commit (group
+    commit, :mod:`ledger.grouped`): the stored function's answers in the same order."""
+    firsts: list[int] = []
+    lasts: list[int] = []
+    texts: list[str] = []
+    part_numbers: list[int | None] = []
+    part_counts: list[int | None] = []
+    for batch in batches:
+        firsts.append(len(texts) + 1)
+        for piece in batch.pieces:
+            texts.append(piece.text)
+            part_numbers.append(piece.part)
+            part_counts.append(piece.parts)
+        lasts.append(len(texts))
+    rows: list[Record] = await db.fetch(
+        SQL["append_held_group"], [batch.runner_job_id for batch in batches],
+        [batch.holder.token_sha256 for batch in batches],
+        [batch.holder.at for batch in batches], [batch.channel for batch in batches],
+        [batch.stream for batch in batches], [batch.batch_seq for batch in batches],
+        firsts, lasts, [batch.bytes for batch in batches], texts, part_numbers, part_counts,
+        max_bytes)
+    return rows
+
+
+async def settle(db: Queryable, row: Record, runner_job_id: str, channel: str,
+                 batch_seq: int, pieces: Sequence[Piece], max_bytes: int | None,
+                 stream: str) -> bool | None:
+    """What the stored function's ``row`` means for its batch: True stored, False taken
+    before, None not held (nothing written); a gap raises ``invalid-transition``, and a
+    batch past the job channel's bound is appended here with its notice."""
     outcome = row["outcome"]
     if outcome == "unheld":
         return None
     if outcome == "gap":
         raise _out_of_order(batch_seq, row["expected_seq"])
     if outcome == "bound":
-        return await _append_pieces(conn, row["held_session"], runner_job_id, channel,
+        if isinstance(db, asyncpg.Pool):
+            async with db.acquire() as conn:
+                return await _append_pieces(conn, row["held_session"], runner_job_id, channel,
+                                            batch_seq, pieces, max_bytes, stream)
+        return await _append_pieces(db, row["held_session"], runner_job_id, channel,
                                     batch_seq, pieces, max_bytes, stream)
     return bool(outcome == "stored")
 

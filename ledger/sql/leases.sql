@@ -25,3 +25,11 @@ UPDATE runner_job_leases SET token_sha256 = NULL WHERE runner_job_id = $1
 -- name: held_session
 SELECT session_id FROM runner_job_leases
 WHERE runner_job_id = $1 AND token_sha256 = $2 AND session_id IS NOT NULL
+
+-- name: renew_held_group
+-- `renew_held` of several beats (ledger/grouped.py), in the order given, in one statement:
+-- its transaction holds beats only, so it too commits without waiting for the flush.
+SELECT runner_lease_renew_held(b.job_id, b.token_hash, b.seen_at)
+FROM unnest($1::text[], $2::text[], $3::timestamptz[])
+     WITH ORDINALITY AS b(job_id, token_hash, seen_at, n)
+ORDER BY b.n

@@ -53,3 +53,18 @@ DO UPDATE SET batch_seq = EXCLUDED.batch_seq, byte_offset = EXCLUDED.byte_offset
 -- name: append
 SELECT outcome, expected_seq, held_session
 FROM session_lines_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+
+-- name: append_held_group
+-- Batches under held tokens (ledger/grouped.py), each appended as `append` would, in the
+-- order given, in one statement and one commit. Batch i's pieces are elements
+-- first[i]..last[i] of the piece arrays (last < first: none).
+SELECT a.outcome, a.expected_seq, a.held_session
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::bigint[],
+            $7::integer[], $8::integer[], $9::bigint[])
+     WITH ORDINALITY AS b(job_id, token_hash, seen_at, channel, stream, batch, first, last,
+                          batch_bytes, n)
+CROSS JOIN LATERAL session_lines_append(
+    b.job_id, b.token_hash, b.seen_at, NULL, b.channel, b.stream, b.batch,
+    ($10::text[])[b.first:b.last], ($11::integer[])[b.first:b.last],
+    ($12::integer[])[b.first:b.last], b.batch_bytes, $13) AS a
+ORDER BY b.n

@@ -22,6 +22,7 @@ import asyncpg
 from ledger import leases, session_lines
 from ledger.errors import InvalidRequest, InvalidTransition, Unauthorized
 from ledger.events import JobExit, TokenUsage
+from ledger.grouped import Grouped
 from ledger.runner_job import (
     ClaimJob,
     EndJob,
@@ -90,6 +91,15 @@ class RunnerProtocol:
         self.driver = driver
         self.lease = timedelta(seconds=lease_s)
         self.start = timedelta(seconds=start_s)
+        self.line_groups: Grouped[session_lines.HeldBatch, asyncpg.Record] = Grouped(
+            lambda batches: session_lines.append_held_group(pool, batches, output_max_bytes),
+            lambda batch: session_lines.append_held(pool, batch, output_max_bytes),
+            key=lambda batch: batch.runner_job_id, weight=lambda batch: batch.bytes)
+        """Line batches under held tokens, committed in groups (:mod:`ledger.grouped`)."""
+        self.beat_groups: Grouped[leases.Beat, bool] = Grouped(
+            lambda beats: leases.renew_held_group(pool, beats),
+            lambda beat: leases.renew_held(pool, *beat), key=lambda beat: beat.runner_job_id)
+        """Heartbeats under held tokens, committed in groups."""
 
     async def job(self, runner_job_id: str) -> RunnerJobState | None:
         """The runner job's state, folded from its ledger stream."""
@@ -119,7 +129,7 @@ class RunnerProtocol:
         next beat with the same token renews the row in one statement."""
         command = Heartbeat(runner_job_id, token_hash(token), now_text())
         at = datetime.fromisoformat(command.at)
-        if await leases.renew_held(self.pool, runner_job_id, command.token_sha256, at):
+        if await self.beat_groups.write(leases.Beat(runner_job_id, command.token_sha256, at)):
             return  # the token that renewed last, its job neither exited nor ended since
         job = await self.job(runner_job_id)
         decide(job, command)  # refuses what the ledger would
@@ -162,7 +172,8 @@ class RunnerProtocol:
 
         A token the job's lease row holds is taken without folding the job's stream (as a
         heartbeat's is), and the batch renews the lease (it proves the runner alive): token,
-        lease and batch in one round trip (:func:`session_lines.append_once`)."""
+        lease and batch in one statement, committed with the other jobs' batches that arrive
+        with it (:mod:`ledger.grouped`)."""
         problem = _batch_problem(channel, stream, lines)
         if problem is not None:
             if await leases.held_session(self.pool, runner_job_id, token_hash(token)) is None:
@@ -170,10 +181,10 @@ class RunnerProtocol:
             raise InvalidRequest(problem)
         pieces = session_lines.prepared(lines)
         holder = session_lines.Holder(token_hash(token), datetime.now(UTC))
-        async with self.pool.acquire() as conn:
-            accepted = await session_lines.append_once(conn, holder, runner_job_id, channel,
-                                                       seq, pieces, self.output_max_bytes,
-                                                       stream)
+        row = await self.line_groups.write(session_lines.HeldBatch(
+            holder, runner_job_id, channel, seq, pieces, stream))
+        accepted = await session_lines.settle(self.pool, row, runner_job_id, channel, seq,
+                                              pieces, self.output_max_bytes, stream)
         if accepted is None:  # not held: the job's stream decides (a connection apart)
             session_id = (await self.authorized(runner_job_id, token, claimed=True)).session_id
             # renewed as a beat taking the full decision renews it: the row holds the token
