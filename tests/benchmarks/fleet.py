@@ -158,7 +158,8 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, beat_ms: float
     bench.report("postgres_cpu_ms_per_report", postgres * 1000 / reports)
     bench.report("manager_cpu_ms_per_report", manager_ms)
     bench.report("agents_per_core_at_1_report_per_s", 1000 / manager_ms)
-    fleet_p99 = statistics.median(client.list_p99_readings(bench.seconds))
+    fleet_readings = client.list_p99_readings(bench.seconds)
+    fleet_p99 = statistics.median(fleet_readings)
     delays = _line_delays(client, client.sessions_of(tasks[:VISIBLE_SESSIONS]),
                           max(bench.seconds, 10))
     client.end(tasks)
@@ -170,6 +171,10 @@ def _line_fleet_figures(bench: Harness, client: Fleet, size: int, beat_ms: float
     bench.report("idle_list50_p99_ms", idle_p99 * 1000)
     bench.report("idle_list50_p99_ms_before", statistics.median(idle) * 1000)
     bench.report("idle_list50_p99_ms_after", statistics.median(after) * 1000)
+    bench.report("list50_p99_ms_readings", " ".join(  # the spread the medians hide
+        f"{label}:" + ",".join(f"{reading * 1000:.1f}" for reading in readings)
+        for label, readings in (("before", idle), ("fleet", fleet_readings),
+                                ("after", after))))
     bench.report("line_visible_ms_p50", _percentile(delays, 50))
     bench.report("line_visible_ms_p99", _percentile(delays, 99))
     bench.report("line_visible_samples", len(delays))
