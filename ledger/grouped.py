@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from ledger.errors import LedgerUnavailable
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -38,7 +40,12 @@ MAX_WEIGHT = 1024 * 1024
 """A group holds at most this much weight (a line batch weighs its bytes); a heavier
 report is a group of its own."""
 MAX_IN_FLIGHT = 2
-"""Groups written at once: one gathers while the other commits."""
+"""Groups being written at once (a group retried report by report included)."""
+
+
+class GroupCancelled(LedgerUnavailable):
+    """The write of a report's group was cancelled (the server is stopping): answered 503
+    ``infra-failed``, and the runner sends the report again."""
 
 
 @dataclass
@@ -58,18 +65,24 @@ class Grouped(Generic[Item, Result]):
     def __init__(self, write_group: Callable[[Sequence[Item]], Awaitable[Sequence[Result]]],
                  write_one: Callable[[Item], Awaitable[Result]], key: Callable[[Item], str],
                  weight: Callable[[Item], int] = lambda _: 1, *,
+                 retry_alone: Callable[[Exception], bool] = lambda _: True,
                  gather_s: float = GATHER_S, max_items: int = MAX_ITEMS,
-                 max_weight: int = MAX_WEIGHT) -> None:
+                 max_weight: int = MAX_WEIGHT, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         """``write_group(items)`` writes items (sorted by ``key``, stable) in one statement
-        and answers each in order; ``write_one(item)`` writes one alone."""
+        and answers each in order; ``write_one(item)`` writes one alone. A group that failed
+        with an error ``retry_alone`` refuses (the database is unreachable) answers each of
+        its reports with that error instead of writing them one by one."""
         self._write_group = write_group
         self._write_one = write_one
         self._key = key
         self._weight = weight
+        self._retry_alone = retry_alone
         self.gather_s = gather_s
         self.max_items = max_items
         self.max_weight = max_weight
+        self.max_in_flight = max_in_flight
         self._waiting: list[_Waiting[Item, Result]] = []
+        self._waiting_weight = 0
         self._in_flight = 0
         self._timer: asyncio.TimerHandle | None = None
         self._last_key = ""
@@ -89,28 +102,30 @@ class Grouped(Generic[Item, Result]):
             self._crowd_until = now + CROWD_S
         self._last_key, self._last_at = waiting.key, now
         self._waiting.append(waiting)
-        if self._timer is not None and len(self._waiting) >= self.max_items:
+        self._waiting_weight += waiting.weight
+        if self._timer is not None and self._full():
             self._timer.cancel()  # a full group does not wait for more
             self._timer = None
         self._kick()
         return await waiting.answer
 
+    def _full(self) -> bool:
+        return len(self._waiting) >= self.max_items or self._waiting_weight >= self.max_weight
+
     def _kick(self) -> None:
-        """Start a group if one may start: at once, or, while crowded, once the oldest
+        """Start groups while one may start: at once, or, while crowded, once the oldest
         report waiting has gathered others for :data:`GATHER_S`."""
-        if not self._waiting or self._in_flight >= MAX_IN_FLIGHT or self._timer is not None:
-            return
-        now = time.monotonic()
-        wait = self._waiting[0].at + self.gather_s - now
-        if now < self._crowd_until and len(self._waiting) < self.max_items and wait > 0:
-            self._timer = asyncio.get_running_loop().call_later(wait, self._gathered)
-            return
-        self._start()
+        while self._waiting and self._in_flight < self.max_in_flight and self._timer is None:
+            now = time.monotonic()
+            wait = self._waiting[0].at + self.gather_s - now
+            if now < self._crowd_until and wait > 0 and not self._full():
+                self._timer = asyncio.get_running_loop().call_later(wait, self._gathered)
+                return
+            self._start()
 
     def _gathered(self) -> None:
         self._timer = None
-        if self._waiting and self._in_flight < MAX_IN_FLIGHT:
-            self._start()
+        self._kick()
 
     def _start(self) -> None:
         group: list[_Waiting[Item, Result]] = []
@@ -118,6 +133,7 @@ class Grouped(Generic[Item, Result]):
         while self._waiting and len(group) < self.max_items and \
                 (not group or weight + self._waiting[0].weight <= self.max_weight):
             waiting = self._waiting.pop(0)
+            self._waiting_weight -= waiting.weight
             if waiting.answer.done():  # its caller went away before it was written
                 continue
             group.append(waiting)
@@ -125,30 +141,51 @@ class Grouped(Generic[Item, Result]):
         if not group:
             return
         self._in_flight += 1
-        task = asyncio.ensure_future(self._run(sorted(group, key=lambda w: w.key)))
+        self.groups += 1
+        self.items += len(group)
+        ordered = sorted(group, key=lambda waiting: waiting.key)
+        task = asyncio.ensure_future(self._run(ordered))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._ended(done, ordered))
+
+    def _ended(self, task: asyncio.Task[None], group: list[_Waiting[Item, Result]]) -> None:
+        """A group's task is over, however it ended: no caller waits forever."""
+        self._tasks.discard(task)
+        self._in_flight -= 1
+        error: BaseException = GroupCancelled("the write of this report was cancelled") \
+            if task.cancelled() else task.exception() or GroupCancelled("no answer")
+        for waiting in group:
+            if not waiting.answer.done():
+                waiting.answer.set_exception(error)
+        self._kick()
 
     async def _run(self, group: list[_Waiting[Item, Result]]) -> None:
         try:
-            self.groups += 1
-            self.items += len(group)
-            try:
-                results = await self._write_group([waiting.item for waiting in group])
-            except Exception:
-                await asyncio.gather(*(self._alone(waiting) for waiting in group))
+            results = await self._write_group([waiting.item for waiting in group])
+        except Exception as error:
+            if not self._retry_alone(error):
+                for waiting in group:
+                    if not waiting.answer.done():
+                        waiting.answer.set_exception(error)
                 return
-            for waiting, result in zip(group, results, strict=True):
-                if not waiting.answer.done():
-                    waiting.answer.set_result(result)
-        except BaseException as error:  # cancelled: no caller may wait forever
-            for waiting in group:
-                if not waiting.answer.done():
-                    waiting.answer.set_exception(error)
-            raise
-        finally:
-            self._in_flight -= 1
-            self._kick()
+            await self._each_alone(group)
+            return
+        for waiting, result in zip(group, results, strict=True):
+            if not waiting.answer.done():
+                waiting.answer.set_result(result)
+
+    async def _each_alone(self, group: list[_Waiting[Item, Result]]) -> None:
+        """Write each report of a failed group on its own: a key's reports one after the
+        other, in their order, different keys at once."""
+        by_key: dict[str, list[_Waiting[Item, Result]]] = {}
+        for waiting in group:
+            by_key.setdefault(waiting.key, []).append(waiting)
+
+        async def in_order(reports: list[_Waiting[Item, Result]]) -> None:
+            for waiting in reports:
+                await self._alone(waiting)
+
+        await asyncio.gather(*(in_order(reports) for reports in by_key.values()))
 
     async def _alone(self, waiting: _Waiting[Item, Result]) -> None:
         try:

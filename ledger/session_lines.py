@@ -29,6 +29,9 @@ MAX_LINE_CHARS = 128 * 1024
 64 KiB and is kept whole."""
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """A page of lines stops after the line that reaches this many bytes (one line at least)."""
+GROUP_LOCK_TIMEOUT = "250ms"
+"""The longest a group of batches waits for a row lock (one job's, held elsewhere) before
+its batches are appended one by one (:mod:`ledger.grouped`)."""
 ReadChannel = Callable[[int], Awaitable[tuple[bytes, bool]]]
 
 
@@ -200,7 +203,7 @@ async def append_held_group(db: Queryable, batches: Sequence[HeldBatch],
         [batch.holder.at for batch in batches], [batch.channel for batch in batches],
         [batch.stream for batch in batches], [batch.batch_seq for batch in batches],
         firsts, lasts, [batch.bytes for batch in batches], texts, part_numbers, part_counts,
-        max_bytes)
+        max_bytes, GROUP_LOCK_TIMEOUT)
     return rows
 
 

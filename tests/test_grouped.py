@@ -19,7 +19,7 @@ import pytest
 from ledger import leases, session_lines
 from ledger.database import create_pool
 from ledger.errors import InvalidTransition
-from ledger.grouped import Grouped
+from ledger.grouped import GroupCancelled, Grouped
 from runner_assembly.orchestration.runner_protocol import token_hash
 from tests.test_runner_protocol import protocol_on
 
@@ -33,19 +33,31 @@ class Recorder:
                  pause_s: float = 0.0) -> None:
         self.groups: list[list[Item]] = []
         self.alone: list[Item] = []
+        self.writing = 0
+        self.most_writing = 0
+        self.busy_keys: set[str] = set()
         self.fail_group = fail_group
         self.fail_one = fail_one or set()
         self.pause_s = pause_s
 
     async def group(self, items: Sequence[Item]) -> list[int]:
         self.groups.append(list(items))
-        await asyncio.sleep(self.pause_s)
+        self.writing += 1
+        self.most_writing = max(self.most_writing, self.writing)
+        try:
+            await asyncio.sleep(self.pause_s)
+        finally:
+            self.writing -= 1
         if self.fail_group:
             raise RuntimeError("deadlock detected")
         return [number * 2 for _, number in items]
 
     async def one(self, item: Item) -> int:
+        assert item[0] not in self.busy_keys, "a key's reports are written one at a time"
+        self.busy_keys.add(item[0])
         self.alone.append(item)
+        await asyncio.sleep(self.pause_s)
+        self.busy_keys.discard(item[0])
         if item[1] in self.fail_one:
             raise ValueError(f"item {item[1]} refused")
         return item[1] * 2
@@ -91,15 +103,17 @@ async def test_a_failed_group_answers_each_report_alone() -> None:
 
 async def test_a_group_keeps_within_its_count_and_weight() -> None:
     recorder = Recorder(pause_s=0.02)
-    weights = {n: 40 if n == 7 else 10 for n in range(20)}
+    weights = {n: 60 if n == 7 else 10 for n in range(20)}
     grouped: Grouped[Item, int] = Grouped(recorder.group, recorder.one,
                                           key=lambda item: item[0],
                                           weight=lambda item: weights[item[1]],
                                           gather_s=0.05, max_items=5, max_weight=45)
     await asyncio.gather(*(grouped.write((f"job_{n:02d}", n)) for n in range(20)))
-    assert all(len(group) <= 5 and sum(weights[n] for _, n in group) <= 45
+    assert all(len(group) <= 5 and (len(group) == 1 or sum(weights[n] for _, n in group) <= 45)
                for group in recorder.groups), recorder.groups
-    assert [group for group in recorder.groups if ("job_07", 7) in group] != []
+    assert [group for group in recorder.groups if ("job_07", 7) in group] == [
+        [("job_07", 7)]], "a report heavier than a group is a group of its own"
+    assert recorder.most_writing <= 2, "two groups in flight at most"
 
 
 async def test_a_report_whose_caller_left_before_its_group_is_not_written() -> None:
@@ -241,3 +255,110 @@ async def test_a_full_group_does_not_wait_out_its_gathering() -> None:
                                                                         range(9)]
     assert time.monotonic() - started < 5
     assert [len(group) for group in recorder.groups] == [1, 4, 4]
+
+
+async def test_a_failed_groups_reports_of_one_job_are_retried_in_their_order() -> None:
+    recorder = Recorder(fail_group=True, pause_s=0.01)
+    grouped = recorder.grouped(gather_s=0.05)
+    items = [("job_a", 1), ("job_b", 2), ("job_a", 3), ("job_a", 4), ("job_b", 5)]
+    assert await asyncio.gather(*(grouped.write(item) for item in items)) == [2, 4, 6, 8, 10]
+    assert [item for item in recorder.alone if item[0] == "job_a"] == \
+        [("job_a", 1), ("job_a", 3), ("job_a", 4)]
+
+
+async def test_an_outage_answers_the_group_without_retrying_it() -> None:
+    recorder = Recorder(fail_group=True)
+    grouped: Grouped[Item, int] = Grouped(recorder.group, recorder.one,
+                                          key=lambda item: item[0],
+                                          retry_alone=lambda error: False, gather_s=0.05)
+    outcomes = await asyncio.gather(*(grouped.write((f"job_{n}", n)) for n in range(4)),
+                                    return_exceptions=True)
+    assert all(isinstance(outcome, RuntimeError) for outcome in outcomes)
+    assert recorder.alone == []
+
+
+async def test_a_cancelled_group_write_answers_its_callers_and_frees_its_place() -> None:
+    async def cancelled(items: Sequence[Item]) -> list[int]:
+        raise asyncio.CancelledError
+
+    async def one(item: Item) -> int:
+        return item[1]
+
+    grouped: Grouped[Item, int] = Grouped(cancelled, one, key=lambda item: item[0],
+                                          max_in_flight=1)
+    for attempt in range(3):  # the place in flight is given back each time
+        with pytest.raises(GroupCancelled):
+            await asyncio.wait_for(grouped.write(("job_a", attempt)), 5)
+
+
+async def test_a_job_whose_row_is_locked_elsewhere_does_not_hold_up_its_group(
+    database_url: str, tmp_path: Path, pool: asyncpg.Pool
+) -> None:
+    jobs = {f"k_{n}": f"k_s{n}" for n in (1, 0, 2, 3)}  # k_1 alone, then a group with k_0
+    await held(pool, jobs, datetime.now(UTC))
+    blocker = await asyncpg.connect(database_url)
+    try:
+        locked = blocker.transaction()
+        await locked.start()
+        await blocker.execute("SELECT FROM runner_job_leases WHERE runner_job_id = 'k_0' "
+                              "FOR UPDATE")
+        async with protocol_on(database_url, tmp_path) as protocol:
+            try:
+                calls = {job: asyncio.ensure_future(protocol.lines(
+                    job, f"tok_{job}", "output", 1, [f"{job} line"])) for job in jobs}
+                others = [calls[job] for job in jobs if job != "k_0"]
+                assert all(await asyncio.wait_for(asyncio.gather(*others), 10)), \
+                    "the jobs not locked are answered while k_0 waits"
+                assert not calls["k_0"].done()
+                assert protocol.line_groups.groups == 2, "k_0 was in a group with others"
+                await locked.rollback()
+                assert await asyncio.wait_for(calls["k_0"], 10) is True
+            finally:  # the pool closes only once the lock is gone
+                await blocker.close()
+    finally:
+        await blocker.close()
+    rows = await pool.fetch("SELECT session_id, line FROM session_line "
+                            "WHERE session_id LIKE 'k_%' ORDER BY 1")
+    assert [(row[0], row[1]) for row in rows] == [(f"k_s{n}", f"k_{n} line")
+                                                  for n in range(4)]
+
+
+async def test_batches_crossing_the_bound_in_a_group_keep_what_fits_and_one_notice(
+    database_url: str, tmp_path: Path, pool: asyncpg.Pool
+) -> None:
+    jobs = {f"n_{n}": f"n_s{n}" for n in range(6)}
+    await held(pool, jobs, datetime.now(UTC))
+    async with protocol_on(database_url, tmp_path) as protocol:
+        protocol.output_max_bytes = 25  # each job's two batches of 20 bytes cross it
+        grouped = protocol.line_groups = Grouped(
+            lambda batches: session_lines.append_held_group(pool, batches, 25),
+            lambda one: session_lines.append_held(pool, one, 25),
+            key=lambda one: one.runner_job_id, gather_s=0.05)
+
+        async def ship(job: str) -> None:
+            for seq in (1, 2):
+                assert await protocol.lines(job, f"tok_{job}", "output", seq,
+                                            [f"{job} {seq}a", f"{job} {seq}b"])
+
+        await asyncio.gather(*(ship(job) for job in jobs))
+        assert grouped.groups < grouped.items
+    for n in range(6):
+        rows = await pool.fetch("SELECT line FROM session_line WHERE session_id = $1 "
+                                "ORDER BY seq", f"n_s{n}")
+        lines = [row[0] for row in rows]
+        assert lines[:3] == [f"n_{n} 1a", f"n_{n} 1b", f"n_{n} 2a"]
+        assert len(lines) == 4 and "past its bound of 25 bytes" in lines[3]
+
+
+async def test_a_group_of_beats_leaves_the_flush_setting_to_its_own_transaction(
+    database_url: str
+) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await leases.renew(conn, "f_a", datetime.now(UTC), token_hash("tok_f_a"), "f_s")
+        assert await leases.renew_held_group(conn, [leases.Beat(
+            "f_a", token_hash("tok_f_a"), datetime.now(UTC))]) == [True]
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+        assert await conn.fetchval("SHOW lock_timeout") == "0"
+    finally:
+        await conn.close()

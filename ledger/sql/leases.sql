@@ -28,8 +28,11 @@ WHERE runner_job_id = $1 AND token_sha256 = $2 AND session_id IS NOT NULL
 
 -- name: renew_held_group
 -- `renew_held` of several beats (ledger/grouped.py), in the order given, in one statement:
--- its transaction holds beats only, so it too commits without waiting for the flush.
+-- its transaction holds beats only, so it too commits without waiting for the flush. A lock
+-- waited for longer than $4 fails it (the beats are then renewed one by one).
+WITH limits AS MATERIALIZED (SELECT set_config('lock_timeout', $4, true))
 SELECT runner_lease_renew_held(b.job_id, b.token_hash, b.seen_at)
 FROM unnest($1::text[], $2::text[], $3::timestamptz[])
      WITH ORDINALITY AS b(job_id, token_hash, seen_at, n)
+WHERE EXISTS (SELECT FROM limits)
 ORDER BY b.n

@@ -57,7 +57,10 @@ FROM session_lines_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 -- name: append_held_group
 -- Batches under held tokens (ledger/grouped.py), each appended as `append` would, in the
 -- order given, in one statement and one commit. Batch i's pieces are elements
--- first[i]..last[i] of the piece arrays (last < first: none).
+-- first[i]..last[i] of the piece arrays (last < first: none). A lock waited for longer than
+-- $14 fails the statement (`lock_timeout`, for this transaction only): the group's batches
+-- are then appended one by one, so one blocked job does not hold up the others.
+WITH limits AS MATERIALIZED (SELECT set_config('lock_timeout', $14, true))
 SELECT a.outcome, a.expected_seq, a.held_session
 FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::bigint[],
             $7::integer[], $8::integer[], $9::bigint[])
@@ -67,4 +70,5 @@ CROSS JOIN LATERAL session_lines_append(
     b.job_id, b.token_hash, b.seen_at, NULL, b.channel, b.stream, b.batch,
     ($10::text[])[b.first:b.last], ($11::integer[])[b.first:b.last],
     ($12::integer[])[b.first:b.last], b.batch_bytes, $13) AS a
+WHERE EXISTS (SELECT FROM limits)
 ORDER BY b.n

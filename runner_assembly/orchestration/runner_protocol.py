@@ -36,6 +36,7 @@ from ledger.runner_job import (
     decide,
 )
 from ledger.states import FailureKind, JobState
+from ledger.store import is_outage
 from ledger.streams import RUNNER_JOB_STREAM
 from ledger.writer import Writer
 from runner_assembly.drivers.protocol import JobStatus, RunnerDriver
@@ -43,6 +44,11 @@ from runner_assembly.orchestration.session_turns import folded
 
 ACTOR = "runner"
 MANAGER = "dispatcher"
+
+
+def _not_outage(error: Exception) -> bool:
+    """A failed group's reports are written one by one, unless the database is down."""
+    return not is_outage(error)
 
 
 def token_hash(token: str) -> str:
@@ -94,11 +100,13 @@ class RunnerProtocol:
         self.line_groups: Grouped[session_lines.HeldBatch, asyncpg.Record] = Grouped(
             lambda batches: session_lines.append_held_group(pool, batches, output_max_bytes),
             lambda batch: session_lines.append_held(pool, batch, output_max_bytes),
-            key=lambda batch: batch.runner_job_id, weight=lambda batch: batch.bytes)
+            key=lambda batch: batch.runner_job_id, weight=lambda batch: batch.bytes,
+            retry_alone=_not_outage)
         """Line batches under held tokens, committed in groups (:mod:`ledger.grouped`)."""
         self.beat_groups: Grouped[leases.Beat, bool] = Grouped(
             lambda beats: leases.renew_held_group(pool, beats),
-            lambda beat: leases.renew_held(pool, *beat), key=lambda beat: beat.runner_job_id)
+            lambda beat: leases.renew_held(pool, *beat), key=lambda beat: beat.runner_job_id,
+            retry_alone=_not_outage)
         """Heartbeats under held tokens, committed in groups."""
 
     async def job(self, runner_job_id: str) -> RunnerJobState | None:
