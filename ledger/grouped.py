@@ -9,11 +9,12 @@ call of ``write_group``, in an order fixed by each report's key (a job's rows ar
 the same order by every group). A report arriving alone, or from the only job reporting,
 is written at once: a single printing agent never waits for a group that will not come.
 
-When the group's statement fails (a deadlock between two groups, a row a report refuses
-by raising), no report of it is answered from it: each is written again on its own by
-``write_one``, so each gets its own answer or error, as without grouping. A report is
-idempotent by its numbering, so one written by a group whose commit was lost is answered
-as already taken, never stored twice.
+When the group's statement fails (a row locked elsewhere for longer than the group's lock
+timeout, a report the statement refuses by raising), no report of it is answered from it:
+each is written again on its own by ``write_one`` (a key's reports in their order), so each
+gets its own answer or error, as without grouping; when the database is down, the group's
+error answers them all. A report is idempotent by its numbering, so one written by a group
+whose commit was lost is answered as already taken, never stored twice.
 """
 
 from __future__ import annotations
