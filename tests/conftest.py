@@ -49,12 +49,13 @@ PG_VERSION_SENSITIVE = frozenset({
     "test_replay_property", "test_attempt_property", "test_optimistic_commit",
     "test_writer_batching", "test_writer_groups", "test_read_cache", "test_polling",
     "test_recovery", "test_turn_reservation", "test_api_queue", "test_task_records",
-    "test_judge_runs", "test_dispatch", "test_runner_protocol", "test_sessions",
+    "test_judge_runs", "test_dispatch", "test_runner_protocol", "test_sessions", "test_grouped",
     "test_codex_backend",  # not Postgres' own: issue 27 asks a real agent on each version
 })
 """Modules whose subject is Postgres' own behaviour (SQL, migrations, ledger, projections,
 replay, roles and grants, locks and concurrent commits: the capacity compare-and-swap of
-dispatch, the runner's claim, the session line store's head lock): marked ``pg_versions``, which
+dispatch, the runner's claim, the session line store's head lock, the runners' grouped
+reports): marked ``pg_versions``, which
 ``make test`` runs on PostgreSQL 15 as well; every other test runs once, on the embedded 18."""
 
 SERIAL = frozenset({"test_connections"})
