@@ -42,6 +42,9 @@ MAX_WEIGHT = 1024 * 1024
 report is a group of its own."""
 MAX_IN_FLIGHT = 2
 """Groups being written at once (a group retried report by report included)."""
+LOCK_TIMEOUT = "250ms"
+"""The longest a group's statement waits for a row lock (one job's, held elsewhere) before
+it fails and its reports are written one by one (``lock_timeout``, for its transaction)."""
 
 
 class GroupCancelled(LedgerUnavailable):
@@ -57,6 +60,16 @@ class _Waiting(Generic[Item, Result]):
     at: float
     answer: asyncio.Future[Result] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def answered(self, result: Result) -> None:
+        """Give the caller ``result``, unless it went away."""
+        if not self.answer.done():
+            self.answer.set_result(result)
+
+    def failed(self, error: BaseException) -> None:
+        """Give the caller ``error``, unless it went away or was answered."""
+        if not self.answer.done():
+            self.answer.set_exception(error)
 
 
 class Grouped(Generic[Item, Result]):
@@ -156,8 +169,7 @@ class Grouped(Generic[Item, Result]):
         error: BaseException = GroupCancelled("the write of this report was cancelled") \
             if task.cancelled() else task.exception() or GroupCancelled("no answer")
         for waiting in group:
-            if not waiting.answer.done():
-                waiting.answer.set_exception(error)
+            waiting.failed(error)
         self._kick()
 
     async def _run(self, group: list[_Waiting[Item, Result]]) -> None:
@@ -165,15 +177,11 @@ class Grouped(Generic[Item, Result]):
             results = await self._write_group([waiting.item for waiting in group])
         except Exception as error:
             if not self._retry_alone(error):
-                for waiting in group:
-                    if not waiting.answer.done():
-                        waiting.answer.set_exception(error)
-                return
+                raise  # every caller gets it (_ended)
             await self._each_alone(group)
             return
         for waiting, result in zip(group, results, strict=True):
-            if not waiting.answer.done():
-                waiting.answer.set_result(result)
+            waiting.answered(result)
 
     async def _each_alone(self, group: list[_Waiting[Item, Result]]) -> None:
         """Write each report of a failed group on its own: a key's reports one after the
@@ -190,10 +198,6 @@ class Grouped(Generic[Item, Result]):
 
     async def _alone(self, waiting: _Waiting[Item, Result]) -> None:
         try:
-            result = await self._write_one(waiting.item)
+            waiting.answered(await self._write_one(waiting.item))
         except Exception as error:
-            if not waiting.answer.done():
-                waiting.answer.set_exception(error)
-            return
-        if not waiting.answer.done():
-            waiting.answer.set_result(result)
+            waiting.failed(error)

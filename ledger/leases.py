@@ -12,12 +12,10 @@ from datetime import datetime
 from typing import NamedTuple
 
 from ledger.database import Queryable
+from ledger.grouped import LOCK_TIMEOUT
 from ledger.sqlfile import load_queries
 
 SQL = load_queries("ledger", "leases.sql")
-GROUP_LOCK_TIMEOUT = "250ms"
-"""The longest a group of beats waits for a lease row's lock before its beats are renewed
-one by one (:mod:`ledger.grouped`)."""
 
 
 async def renew(db: Queryable, runner_job_id: str, at: datetime,
@@ -52,7 +50,7 @@ async def renew_held_group(db: Queryable, beats: Sequence[Beat]) -> list[bool]:
     :mod:`ledger.grouped`): whether each renewed."""
     rows = await db.fetch(SQL["renew_held_group"], [beat.runner_job_id for beat in beats],
                           [beat.token_sha256 for beat in beats], [beat.at for beat in beats],
-                          GROUP_LOCK_TIMEOUT)
+                          LOCK_TIMEOUT)
     return [bool(row[0]) for row in rows]
 
 

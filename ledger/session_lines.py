@@ -19,6 +19,7 @@ from asyncpg import Record
 
 from ledger.database import DbConnection, Queryable
 from ledger.errors import InvalidTransition
+from ledger.grouped import LOCK_TIMEOUT
 from ledger.redaction import redact_text
 from ledger.sqlfile import load_queries
 
@@ -29,9 +30,6 @@ MAX_LINE_CHARS = 128 * 1024
 64 KiB and is kept whole."""
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """A page of lines stops after the line that reaches this many bytes (one line at least)."""
-GROUP_LOCK_TIMEOUT = "250ms"
-"""The longest a group of batches waits for a row lock (one job's, held elsewhere) before
-its batches are appended one by one (:mod:`ledger.grouped`)."""
 ReadChannel = Callable[[int], Awaitable[tuple[bytes, bool]]]
 
 
@@ -146,8 +144,13 @@ class HeldBatch:
 
     @property
     def bytes(self) -> int:
-        """The batch's bytes as a job channel's bound counts them (a newline each)."""
-        return sum(len(piece.text.encode()) + 1 for piece in self.pieces)
+        """The batch's bytes as a job channel's bound counts them."""
+        return batch_bytes(self.pieces)
+
+
+def batch_bytes(pieces: Sequence[Piece]) -> int:
+    """A batch's bytes as a job channel's bound counts them (a newline each)."""
+    return sum(len(piece.text.encode()) + 1 for piece in pieces)
 
 
 async def append_once(conn: DbConnection, to: str | Holder, runner_job_id: str, channel: str,
@@ -159,13 +162,9 @@ async def append_once(conn: DbConnection, to: str | Holder, runner_job_id: str, 
 
     The batch that would take the job's channel past ``max_bytes`` is appended by
     :func:`append_batch`'s statements (its notice decided here, in Python)."""
-    holder = to if isinstance(to, Holder) else None
-    row = await conn.fetchrow(
-        SQL["append"], runner_job_id, holder.token_sha256 if holder else None,
-        holder.at if holder else None, None if holder else to, channel, stream, batch_seq,
-        [piece.text for piece in pieces], [piece.part for piece in pieces],
-        [piece.parts for piece in pieces],
-        sum(len(piece.text.encode()) + 1 for piece in pieces), max_bytes)
+    holder, session_id = (to, None) if isinstance(to, Holder) else (None, to)
+    row = await _append_row(conn, runner_job_id, holder, session_id, channel, stream,
+                            batch_seq, pieces, max_bytes)
     return await settle(conn, row, runner_job_id, channel, batch_seq, pieces, max_bytes,
                         stream)
 
@@ -173,11 +172,20 @@ async def append_once(conn: DbConnection, to: str | Holder, runner_job_id: str, 
 async def append_held(db: Queryable, batch: HeldBatch,
                       max_bytes: int | None = None) -> Record:
     """The stored function's answer to ``batch`` alone (:func:`settle` it)."""
+    return await _append_row(db, batch.runner_job_id, batch.holder, None, batch.channel,
+                             batch.stream, batch.batch_seq, batch.pieces, max_bytes)
+
+
+async def _append_row(db: Queryable, runner_job_id: str, holder: Holder | None,
+                      session_id: str | None, channel: str, stream: str, batch_seq: int,
+                      pieces: Sequence[Piece], max_bytes: int | None) -> Record:
+    """One call of the stored function (migration 0023): under ``holder``'s token, or to
+    ``session_id``."""
     row: Record = await db.fetchrow(
-        SQL["append"], batch.runner_job_id, batch.holder.token_sha256, batch.holder.at, None,
-        batch.channel, batch.stream, batch.batch_seq, [piece.text for piece in batch.pieces],
-        [piece.part for piece in batch.pieces], [piece.parts for piece in batch.pieces],
-        batch.bytes, max_bytes)
+        SQL["append"], runner_job_id, holder.token_sha256 if holder else None,
+        holder.at if holder else None, session_id, channel, stream, batch_seq,
+        [piece.text for piece in pieces], [piece.part for piece in pieces],
+        [piece.parts for piece in pieces], batch_bytes(pieces), max_bytes)
     return row
 
 
@@ -203,7 +211,7 @@ async def append_held_group(db: Queryable, batches: Sequence[HeldBatch],
         [batch.holder.at for batch in batches], [batch.channel for batch in batches],
         [batch.stream for batch in batches], [batch.batch_seq for batch in batches],
         firsts, lasts, [batch.bytes for batch in batches], texts, part_numbers, part_counts,
-        max_bytes, GROUP_LOCK_TIMEOUT)
+        max_bytes, LOCK_TIMEOUT)
     return rows
 
 

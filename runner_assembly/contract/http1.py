@@ -4,9 +4,8 @@
 and a runner ~0.25 ms of CPU a report (it parses each answer's header fields with
 ``email``). Both send small requests to one server and read its answers, so this module does
 just that: a request's head (a part with a line break or other control character in it is
-refused), and an answer's
-status, header fields and body, framed by ``Content-Length``, chunked, or by the end of the
-stream; 1xx answers are skipped.
+refused), and an answer's status, header fields and body, framed by ``Content-Length``,
+chunked, or by the end of the stream; 1xx answers are skipped.
 """
 
 from __future__ import annotations
